@@ -1,0 +1,8 @@
+module example.com/shop/contracts
+
+go 1.26
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1 // indirect
+)

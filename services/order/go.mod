@@ -1,0 +1,15 @@
+module example.com/shop/services/order
+
+go 1.26
+
+require github.com/looplab/fsm v1.0.3 // indirect
+
+require (
+	example.com/shop/contracts v0.0.0
+	example.com/shop/platform v0.0.0
+)
+
+replace (
+	example.com/shop/contracts => ../../contracts
+	example.com/shop/platform => ../../platform
+)
