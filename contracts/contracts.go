@@ -1,0 +1,70 @@
+// Package contracts is the shared event contract between the shop's services: the routing names
+// on the broker, the event envelope and payload types, and the embedded JSON Schemas (draft
+// 2020-12, in schemas/) that producers and consumers validate every event body against.
+//
+// A producer builds an event with [NewEnvelope], checks the marshalled body with
+// [Validator.Validate] before it writes the outbox row, and publishes it with the event name as
+// routing key. A consumer checks and decodes a received body with [Validator.Decode]. A body that
+// fails is reported as a [*ValidationError] naming the offending field, for example
+// "payload.lines[0].quantity: does not match pattern"; such a message can never succeed and
+// belongs in the dead-letter queue at once (DESIGN.md rule 3).
+//
+// The package imports neither platform/ nor services/.
+package contracts
+
+// Broker names shared by the relay (publisher) and the consumers (DESIGN.md "Messaging").
+const (
+	// Exchange is the durable topic exchange every event is published to; the routing key is
+	// the event name.
+	Exchange = "app.events"
+	// AlternateExchange is the alternate exchange of [Exchange]: it receives messages that no
+	// queue binding matches, so they are kept rather than silently dropped.
+	AlternateExchange = "app.events.alternate"
+	// UnroutableQueue is bound to [AlternateExchange] and holds the unroutable messages.
+	UnroutableQueue = "app.events.unroutable"
+	// DeadLetterExchange receives messages rejected by a consumer; each dead-letter queue is
+	// bound to it by its own name.
+	DeadLetterExchange = "app.events.dlx"
+
+	// QueueStock is the stock service's durable quorum queue.
+	QueueStock = "stock.events"
+	// QueueStockDLQ is the dead-letter queue of [QueueStock].
+	QueueStockDLQ = "stock.events.dlq"
+	// QueueShipping is the shipping service's durable quorum queue.
+	QueueShipping = "shipping.events"
+	// QueueShippingDLQ is the dead-letter queue of [QueueShipping].
+	QueueShippingDLQ = "shipping.events.dlq"
+)
+
+// Event names. Each is also the AMQP routing key and message type, and names the payload schema
+// file schemas/<name>.json.
+const (
+	// EventOrderPlaced is emitted when an order moves from draft to placed; its payload is
+	// [OrderPlaced].
+	EventOrderPlaced = "order.order.placed.v1"
+	// EventOrderCancelled is emitted when an order is cancelled; its payload is [OrderCancelled].
+	EventOrderCancelled = "order.order.cancelled.v1"
+)
+
+// Envelope metadata values.
+const (
+	// ProducerOrder is the producer name of events written by the order service.
+	ProducerOrder = "order"
+	// SchemaVersion is the envelope schema version set by [NewEnvelope].
+	SchemaVersion = 1
+)
+
+// EventNames returns every event name the contract knows, in a fresh slice the caller may
+// modify. Each has a payload schema and is accepted by [Validator].
+func EventNames() []string {
+	return []string{EventOrderPlaced, EventOrderCancelled}
+}
+
+// knownEvent reports whether name is one of [EventNames].
+func knownEvent(name string) bool {
+	switch name {
+	case EventOrderPlaced, EventOrderCancelled:
+		return true
+	}
+	return false
+}
