@@ -1,0 +1,108 @@
+// Package pg opens PostgreSQL connection pools and runs work in transactions.
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TxBeginner starts transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (as a
+// savepoint) satisfy it.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// NewPool parses databaseURL (a postgres:// URL or a key=value DSN), opens a
+// pool and pings the server once. It returns an error naming the database
+// when the URL is invalid or the server does not answer before ctx ends.
+// Pool sizing follows pgxpool's URL parameters (pool_max_conns, ...).
+func NewPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool for database %q: %w", cfg.ConnConfig.Database, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database %q: %w", cfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// WithTx runs fn inside one READ COMMITTED transaction begun on db.
+//
+// It commits when fn returns nil and returns the commit error, if any. It
+// rolls back when fn returns an error and returns that error, joined with the
+// rollback error when the rollback fails too. When fn panics it rolls back and
+// re-panics. The connection always goes back to the pool. fn must not commit
+// or roll back the transaction itself.
+func WithTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			// A fresh context: the caller's may be the reason for the panic.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+		}
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// EnsureDatabase creates the database named in databaseURL when it does not
+// exist yet. It connects to the server's "postgres" database with the same
+// credentials to do so. Two concurrent callers are safe: the loser of the
+// CREATE DATABASE race sees SQLSTATE 42P04 (or a unique violation on
+// pg_database) and treats it as success.
+func EnsureDatabase(ctx context.Context, databaseURL string) error {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("parse database url: %w", err)
+	}
+	name := cfg.Database
+	if name == "" {
+		return errors.New("database url names no database")
+	}
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to create database %q: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %q: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
+)
+
+func newTable(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := testkit.NewDatabase(t, nil)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE item (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+func count(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM item`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestWithTxCommits(t *testing.T) {
+	t.Parallel()
+	pool := newTable(t)
+	err := pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), `INSERT INTO item VALUES (1)`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("WithTx: %v", err)
+	}
+	if n := count(t, pool); n != 1 {
+		t.Fatalf("rows = %d, want 1", n)
+	}
+	if acquired := pool.Stat().AcquiredConns(); acquired != 0 {
+		t.Fatalf("connections still acquired: %d", acquired)
+	}
+}
+
+func TestWithTxRollsBackOnError(t *testing.T) {
+	t.Parallel()
+	pool := newTable(t)
+	boom := errors.New("boom")
+	err := pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(context.Background(), `INSERT INTO item VALUES (1)`); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	if n := count(t, pool); n != 0 {
+		t.Fatalf("rows = %d, want 0", n)
+	}
+	if acquired := pool.Stat().AcquiredConns(); acquired != 0 {
+		t.Fatalf("connections still acquired: %d", acquired)
+	}
+}
+
+func TestWithTxRollsBackOnPanic(t *testing.T) {
+	t.Parallel()
+	pool := newTable(t)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want the original panic", p)
+			}
+		}()
+		_ = pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(context.Background(), `INSERT INTO item VALUES (1)`); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	if n := count(t, pool); n != 0 {
+		t.Fatalf("rows = %d, want 0", n)
+	}
+	if acquired := pool.Stat().AcquiredConns(); acquired != 0 {
+		t.Fatalf("connections still acquired: %d", acquired)
+	}
+}
+
+func TestWithTxReturnsCommitError(t *testing.T) {
+	t.Parallel()
+	pool := newTable(t)
+	if _, err := pool.Exec(context.Background(),
+		`ALTER TABLE item ADD COLUMN ref int UNIQUE DEFERRABLE INITIALLY DEFERRED`); err != nil {
+		t.Fatal(err)
+	}
+	// A deferred constraint fails at COMMIT, not at the statement.
+	err := pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), `INSERT INTO item VALUES (1, 7), (2, 7)`)
+		return err
+	})
+	if err == nil {
+		t.Fatal("WithTx returned nil for a failing commit")
+	}
+	if n := count(t, pool); n != 0 {
+		t.Fatalf("rows = %d, want 0", n)
+	}
+}
+
+func TestEnsureDatabaseIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- pg.EnsureDatabase(ctx, url) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("EnsureDatabase: %v", err)
+		}
+	}
+	pool, err := pg.NewPool(ctx, url)
+	if err != nil {
+		t.Fatalf("NewPool on created database: %v", err)
+	}
+	pool.Close()
+}
+
+func TestNewPoolNamesUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	_, err := pg.NewPool(context.Background(), "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2")
+	if err == nil {
+		t.Fatal("NewPool succeeded on a closed port")
+	}
+}
