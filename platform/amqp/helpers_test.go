@@ -1,0 +1,158 @@
+package amqp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// amqpURL is the broker for tests: TEST_AMQP_URL or the local default.
+func amqpURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// uniqueName returns prefix with a random suffix, so parallel tests never
+// share an exchange or a queue.
+func uniqueName(t testing.TB, prefix string) string {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+const testKey = "test.thing.happened.v1"
+
+// testTopology is a private topology with one queue bound to testKey and
+// two short retry levels; it is deleted when the test ends.
+func testTopology(t testing.TB, delays ...time.Duration) Topology {
+	t.Helper()
+	if len(delays) == 0 {
+		delays = []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}
+	}
+	s := uniqueName(t, "t")
+	q := s + ".q"
+	topo := Topology{
+		Exchange:           s + ".events",
+		AlternateExchange:  s + ".alternate",
+		UnroutableQueue:    s + ".unroutable",
+		DeadLetterExchange: s + ".dlx",
+		Queues: []QueueSpec{{
+			Name: q, DeadLetterQueue: q + ".dlq", RoutingKeys: []string{testKey}, RetryDelays: delays,
+		}},
+	}
+	t.Cleanup(func() { deleteTopology(t, topo) })
+	return topo
+}
+
+func deleteTopology(t testing.TB, topo Topology) {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL(t))
+	if err != nil {
+		t.Errorf("cleanup dial: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Errorf("cleanup channel: %v", err)
+		return
+	}
+	queues := []string{topo.UnroutableQueue}
+	for _, q := range topo.Queues {
+		queues = append(queues, q.Name, q.DeadLetterQueue)
+		for i := range q.RetryDelays {
+			queues = append(queues, RetryQueueName(q.Name, i+1))
+		}
+	}
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Errorf("cleanup delete queue %s: %v", q, err)
+			return
+		}
+	}
+	for _, x := range []string{topo.Exchange, topo.AlternateExchange, topo.DeadLetterExchange} {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			t.Errorf("cleanup delete exchange %s: %v", x, err)
+			return
+		}
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// dialTest connects with short backoffs and closes at cleanup.
+func dialTest(t testing.TB, topo Topology) *Connection {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := DialOptions(ctx, amqpURL(t), topo, testLogger(t), Options{
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Name: t.Name(),
+	})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// rawChannel is a plain channel on its own connection, for inspecting queues.
+func rawChannel(t testing.TB) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL(t))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	return ch
+}
+
+// getOne polls queue until a message arrives or the timeout passes.
+func getOne(t testing.TB, ch *amqp091.Channel, queue string, timeout time.Duration) amqp091.Delivery {
+	t.Helper()
+	end := time.Now().Add(timeout)
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatalf("get %s: %v", queue, err)
+		}
+		if ok {
+			return d
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no message in %s after %v", queue, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func messages(n int, prefix string) []Message {
+	msgs := make([]Message, n)
+	for i := range msgs {
+		id := prefix + "-" + itoa(i)
+		msgs[i] = Message{
+			RoutingKey: testKey, MessageID: id, Type: testKey,
+			Body:    []byte(`{"n":` + itoa(i) + `}`),
+			Headers: amqp091.Table{"correlation_id": "c-" + id},
+		}
+	}
+	return msgs
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,203 @@
+// Package amqp is the RabbitMQ side of the messaging platform: topology,
+// a reconnecting connection, a confirming publisher and a consumer runtime
+// with retries and dead-lettering.
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// Names of the default topology. They equal the constants of the contracts
+// module (contracts.Exchange, contracts.QueueStock, ...), which is the
+// source of truth for the public messaging contract in DESIGN.md.
+const (
+	defaultExchange           = "app.events"
+	defaultAlternateExchange  = "app.events.alternate"
+	defaultUnroutableQueue    = "app.events.unroutable"
+	defaultDeadLetterExchange = "app.events.dlx"
+	eventOrderPlaced          = "order.order.placed.v1"
+	eventOrderCancelled       = "order.order.cancelled.v1"
+	queueStock                = "stock.events"
+	queueStockDLQ             = "stock.events.dlq"
+	queueShipping             = "shipping.events"
+	queueShippingDLQ          = "shipping.events.dlq"
+)
+
+// DefaultRetryDelays returns the delay of each retry level used by
+// DefaultTopology: 1 s, 5 s and 30 s. A failed delivery waits in the retry
+// queue of its level for that long before it returns to its queue.
+func DefaultRetryDelays() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
+}
+
+// Topology is the set of exchanges and queues one application needs.
+// Declare creates it; every field must be set.
+type Topology struct {
+	// Exchange is the durable topic exchange events are published to.
+	Exchange string
+	// AlternateExchange is the durable fanout exchange that receives every
+	// message Exchange cannot route, so that none is silently dropped.
+	AlternateExchange string
+	// UnroutableQueue is the durable quorum queue bound to AlternateExchange.
+	UnroutableQueue string
+	// DeadLetterExchange is the durable direct exchange that routes rejected
+	// messages to the dead-letter queue named by their routing key.
+	DeadLetterExchange string
+	// Queues are the consuming queues.
+	Queues []QueueSpec
+}
+
+// QueueSpec describes one consuming queue together with its dead-letter
+// queue and its retry queues.
+type QueueSpec struct {
+	// Name of the durable quorum queue.
+	Name string
+	// DeadLetterQueue is the durable quorum queue that keeps rejected
+	// messages, bound to Topology.DeadLetterExchange with its own name.
+	DeadLetterQueue string
+	// RoutingKeys bind Name to Topology.Exchange (topic patterns allowed).
+	RoutingKeys []string
+	// RetryDelays holds one delay per retry level; level n (1-based) is the
+	// queue RetryQueueName(Name, n). Delays are whole milliseconds (>= 1 ms).
+	RetryDelays []time.Duration
+}
+
+// RetryQueueName returns the name of the retry queue of the given level
+// (1-based) of queue: "<queue>.retry.<level>".
+func RetryQueueName(queue string, level int) string {
+	return queue + ".retry." + strconv.Itoa(level)
+}
+
+// DefaultTopology returns the topology of the shop (DESIGN.md,
+// "Messaging"): the topic exchange app.events with its alternate exchange
+// and unroutable queue, the dead-letter exchange, and the stock.events and
+// shipping.events quorum queues, each bound to order.order.placed.v1 and
+// order.order.cancelled.v1, with their dead-letter queues and
+// DefaultRetryDelays retry levels.
+func DefaultTopology() Topology {
+	keys := []string{eventOrderPlaced, eventOrderCancelled}
+	return Topology{
+		Exchange:           defaultExchange,
+		AlternateExchange:  defaultAlternateExchange,
+		UnroutableQueue:    defaultUnroutableQueue,
+		DeadLetterExchange: defaultDeadLetterExchange,
+		Queues: []QueueSpec{
+			{Name: queueStock, DeadLetterQueue: queueStockDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
+			{Name: queueShipping, DeadLetterQueue: queueShippingDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
+		},
+	}
+}
+
+// Validate reports a missing name or a retry delay below one millisecond.
+func (t Topology) Validate() error {
+	var errs []error
+	for _, f := range [...]struct{ field, value string }{
+		{"Exchange", t.Exchange}, {"AlternateExchange", t.AlternateExchange},
+		{"UnroutableQueue", t.UnroutableQueue}, {"DeadLetterExchange", t.DeadLetterExchange},
+	} {
+		if f.value == "" {
+			errs = append(errs, fmt.Errorf("topology: %s is empty", f.field))
+		}
+	}
+	for i, q := range t.Queues {
+		if q.Name == "" || q.DeadLetterQueue == "" {
+			errs = append(errs, fmt.Errorf("topology: queue %d: Name and DeadLetterQueue are required", i))
+		}
+		for n, d := range q.RetryDelays {
+			if d < time.Millisecond {
+				errs = append(errs, fmt.Errorf("topology: queue %q: retry delay %d is %v, below 1ms", q.Name, n+1, d))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Declare creates the exchanges, queues and bindings of t on ch. It is
+// idempotent: declaring the same topology again changes nothing. It fails
+// with the broker's PRECONDITION_FAILED error (which also closes ch) when an
+// entity already exists with other arguments.
+//
+// Main and dead-letter queues are quorum queues. Main queues dead-letter
+// with the at-least-once strategy (which requires x-overflow=reject-publish),
+// so a message rejected to the DLQ is never dropped on the way (DESIGN.md
+// rule 3). Retry queues are durable classic queues with a per-queue
+// x-message-ttl that dead-letter expired messages back to their queue
+// through the default exchange.
+func (t Topology) Declare(ch *amqp091.Channel) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	const durable, autoDelete, internal, noWait = true, false, false, false
+
+	if err := ch.ExchangeDeclare(t.AlternateExchange, amqp091.ExchangeFanout, durable, autoDelete, internal, noWait, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", t.AlternateExchange, err)
+	}
+	if err := declareQueue(ch, t.UnroutableQueue, quorum()); err != nil {
+		return err
+	}
+	if err := bind(ch, t.UnroutableQueue, "", t.AlternateExchange); err != nil {
+		return err
+	}
+	if err := ch.ExchangeDeclare(t.Exchange, amqp091.ExchangeTopic, durable, autoDelete, internal, noWait,
+		amqp091.Table{"alternate-exchange": t.AlternateExchange}); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", t.Exchange, err)
+	}
+	if err := ch.ExchangeDeclare(t.DeadLetterExchange, amqp091.ExchangeDirect, durable, autoDelete, internal, noWait, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", t.DeadLetterExchange, err)
+	}
+
+	for _, q := range t.Queues {
+		if err := declareQueue(ch, q.DeadLetterQueue, quorum()); err != nil {
+			return err
+		}
+		if err := bind(ch, q.DeadLetterQueue, q.DeadLetterQueue, t.DeadLetterExchange); err != nil {
+			return err
+		}
+		args := quorum()
+		args["x-dead-letter-exchange"] = t.DeadLetterExchange
+		args["x-dead-letter-routing-key"] = q.DeadLetterQueue
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+		if err := declareQueue(ch, q.Name, args); err != nil {
+			return err
+		}
+		for _, key := range q.RoutingKeys {
+			if err := bind(ch, q.Name, key, t.Exchange); err != nil {
+				return err
+			}
+		}
+		for i, d := range q.RetryDelays {
+			if err := declareQueue(ch, RetryQueueName(q.Name, i+1), amqp091.Table{
+				"x-message-ttl":             d.Milliseconds(),
+				"x-dead-letter-exchange":    "",
+				"x-dead-letter-routing-key": q.Name,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func quorum() amqp091.Table {
+	return amqp091.Table{"x-queue-type": amqp091.QueueTypeQuorum}
+}
+
+func declareQueue(ch *amqp091.Channel, name string, args amqp091.Table) error {
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	return nil
+}
+
+func bind(ch *amqp091.Channel, queue, key, exchange string) error {
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %s to %s with key %q: %w", queue, exchange, key, err)
+	}
+	return nil
+}
