@@ -2,34 +2,22 @@ package amqp
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/testkit"
 )
 
-// amqpURL is the broker for tests: TEST_AMQP_URL or the local default.
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
+// amqpURL is the broker for tests (TEST_AMQP_URL or the local default).
+func amqpURL(t testing.TB) string { return testkit.AMQPURL(t) }
 
 // uniqueName returns prefix with a random suffix, so parallel tests never
 // share an exchange or a queue.
-func uniqueName(t testing.TB, prefix string) string {
-	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
+func uniqueName(t testing.TB, prefix string) string { return testkit.UniqueName(t, prefix) }
 
 const testKey = "test.thing.happened.v1"
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/testkit"
 )
 
 func TestDeclareIsIdempotent(t *testing.T) {
@@ -229,5 +231,18 @@ func TestChannelWaitsForContext(t *testing.T) {
 	}
 	if !errors.Is(conn.Ready(), ErrClosed) {
 		t.Fatalf("ready after close: %v", conn.Ready())
+	}
+}
+
+func TestDefaultTopologyDeclares(t *testing.T) {
+	t.Parallel()
+	url := testkit.NewVhost(t)
+	conn, err := DialOptions(t.Context(), url, DefaultTopology(), testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	if err := conn.Ready(); err != nil {
+		t.Fatal(err)
 	}
 }

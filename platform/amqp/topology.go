@@ -10,22 +10,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-)
 
-// Names of the default topology. They equal the constants of the contracts
-// module (contracts.Exchange, contracts.QueueStock, ...), which is the
-// source of truth for the public messaging contract in DESIGN.md.
-const (
-	defaultExchange           = "app.events"
-	defaultAlternateExchange  = "app.events.alternate"
-	defaultUnroutableQueue    = "app.events.unroutable"
-	defaultDeadLetterExchange = "app.events.dlx"
-	eventOrderPlaced          = "order.order.placed.v1"
-	eventOrderCancelled       = "order.order.cancelled.v1"
-	queueStock                = "stock.events"
-	queueStockDLQ             = "stock.events.dlq"
-	queueShipping             = "shipping.events"
-	queueShippingDLQ          = "shipping.events.dlq"
+	"example.com/shop/contracts"
 )
 
 // DefaultRetryDelays returns the delay of each retry level used by
@@ -74,21 +60,21 @@ func RetryQueueName(queue string, level int) string {
 }
 
 // DefaultTopology returns the topology of the shop (DESIGN.md,
-// "Messaging"): the topic exchange app.events with its alternate exchange
+// "Messaging"), named by the contracts constants: the topic exchange app.events with its alternate exchange
 // and unroutable queue, the dead-letter exchange, and the stock.events and
 // shipping.events quorum queues, each bound to order.order.placed.v1 and
 // order.order.cancelled.v1, with their dead-letter queues and
 // DefaultRetryDelays retry levels.
 func DefaultTopology() Topology {
-	keys := []string{eventOrderPlaced, eventOrderCancelled}
+	keys := []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled}
 	return Topology{
-		Exchange:           defaultExchange,
-		AlternateExchange:  defaultAlternateExchange,
-		UnroutableQueue:    defaultUnroutableQueue,
-		DeadLetterExchange: defaultDeadLetterExchange,
+		Exchange:           contracts.Exchange,
+		AlternateExchange:  contracts.AlternateExchange,
+		UnroutableQueue:    contracts.UnroutableQueue,
+		DeadLetterExchange: contracts.DeadLetterExchange,
 		Queues: []QueueSpec{
-			{Name: queueStock, DeadLetterQueue: queueStockDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
-			{Name: queueShipping, DeadLetterQueue: queueShippingDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
+			{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
+			{Name: contracts.QueueShipping, DeadLetterQueue: contracts.QueueShippingDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
 		},
 	}
 }
