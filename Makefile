@@ -1,0 +1,55 @@
+# Two commands matter to a new user: `make demo` and `make test`.
+# Everything runs against PostgreSQL on 127.0.0.1:5432 and RabbitMQ on
+# 127.0.0.1:5672 (override with the variables in README.md).
+
+GO        ?= go
+PKGS      := ./contracts/... ./platform/... ./services/... ./e2e/...
+MODULES   := contracts platform services/order services/stock services/shipping e2e
+BINARIES  := order stock shipping
+
+.PHONY: all build test unit e2e lint demo bench up down clean tidy
+
+all: lint test
+
+## build: compile bin/order, bin/stock and bin/shipping
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping
+
+## test: lint, then every unit, integration and end-to-end test with the race detector
+test: lint build
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## unit: the same tests without the end-to-end suite
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/...
+
+## e2e: the end-to-end suite on the real binaries
+e2e: build
+	$(GO) test -race -count=1 -timeout 15m -v ./e2e/...
+
+## lint: gofmt and go vet over every module
+lint:
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## demo: run the whole system on real input and print what happened
+demo: build
+	$(GO) run ./e2e/cmd/demo
+
+## bench: throughput and latency benchmarks; writes bench/out/latest.json
+bench: build
+	$(GO) run ./e2e/cmd/bench
+
+## up: the whole system in Docker (needs a Docker engine)
+up:
+	docker compose up -d --build
+
+down:
+	docker compose down -v
+
+tidy:
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+
+clean:
+	rm -rf bin bench/out

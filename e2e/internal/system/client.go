@@ -1,0 +1,139 @@
+package system
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Line is one order line as the order API shows it.
+type Line struct {
+	ProductID string `json:"product_id"`
+	Quantity  string `json:"quantity"`
+}
+
+// Order is the order API's view of an order.
+type Order struct {
+	ID         string `json:"id"`
+	CustomerID string `json:"customer_id"`
+	Status     string `json:"status"`
+	Version    int    `json:"version"`
+	Lines      []Line `json:"lines"`
+}
+
+// Reservation is the stock API's view of one reserved line.
+type Reservation struct {
+	ID        string `json:"id"`
+	OrderID   string `json:"order_id"`
+	ProductID string `json:"product_id"`
+	Quantity  string `json:"quantity"`
+}
+
+// OrderStatus is shipping's versioned copy of an order's status.
+type OrderStatus struct {
+	OrderID string `json:"order_id"`
+	Status  string `json:"status"`
+	Version int    `json:"version"`
+}
+
+// Shipment is shipping's shipment for an order.
+type Shipment struct {
+	ID      string `json:"id"`
+	OrderID string `json:"order_id"`
+	Status  string `json:"status"`
+}
+
+// Client calls the HTTP APIs of a running System.
+type Client struct {
+	sys  *System
+	http *http.Client
+}
+
+// Client returns an HTTP client for s with a 10 s timeout per request.
+func (s *System) Client() *Client {
+	return &Client{sys: s, http: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// CreateOrder posts a new draft order; it returns the order when the API
+// answers 201, else an error with the status and body.
+func (c *Client) CreateOrder(ctx context.Context, customerID string, lines []Line) (Order, error) {
+	var o Order
+	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "lines": lines})
+	status, err := c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders", body, &o)
+	if err == nil && status != http.StatusCreated {
+		err = fmt.Errorf("create order: status %d", status)
+	}
+	return o, err
+}
+
+// Place posts /orders/{id}/place and returns the HTTP status (200, 404, 409).
+func (c *Client) Place(ctx context.Context, id string) (int, error) {
+	return c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders/"+id+"/place", nil, nil)
+}
+
+// Cancel posts /orders/{id}/cancel and returns the HTTP status.
+func (c *Client) Cancel(ctx context.Context, id string) (int, error) {
+	return c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders/"+id+"/cancel", nil, nil)
+}
+
+// Order gets /orders/{id}.
+func (c *Client) Order(ctx context.Context, id string) (Order, int, error) {
+	var o Order
+	status, err := c.do(ctx, http.MethodGet, c.sys.OrderAPI.Addr, "/orders/"+id, nil, &o)
+	return o, status, err
+}
+
+// Reservations gets stock's reservations of one order.
+func (c *Client) Reservations(ctx context.Context, orderID string) ([]Reservation, error) {
+	var rs []Reservation
+	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/reservations?order_id="+orderID, nil, &rs)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("reservations: status %d", status)
+	}
+	return rs, err
+}
+
+// OrderStatus gets shipping's copy of an order's status; status 404 means
+// shipping has not heard of the order yet.
+func (c *Client) OrderStatus(ctx context.Context, orderID string) (OrderStatus, int, error) {
+	var s OrderStatus
+	status, err := c.do(ctx, http.MethodGet, c.sys.Shipping.Addr, "/order-status/"+orderID, nil, &s)
+	return s, status, err
+}
+
+// Shipment gets shipping's shipment of an order (404 when none).
+func (c *Client) Shipment(ctx context.Context, orderID string) (Shipment, int, error) {
+	var s Shipment
+	status, err := c.do(ctx, http.MethodGet, c.sys.Shipping.Addr, "/shipments/"+orderID, nil, &s)
+	return s, status, err
+}
+
+// do sends one request and decodes a 2xx JSON body into out (when not nil).
+func (c *Client) do(ctx context.Context, method, addr, path string, body []byte, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: read body: %w", method, path, err)
+	}
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decode %q: %w", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
