@@ -1,0 +1,211 @@
+// Package config reads a binary's settings from environment variables through an injected
+// getenv function, with defaults, collecting every bad variable into one error.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Default settings shared by the binaries (DESIGN.md, "Configuration by environment").
+const (
+	DefaultOrderDatabaseURL    = "postgres://postgres@localhost:5432/orders?sslmode=disable"
+	DefaultStockDatabaseURL    = "postgres://postgres@localhost:5432/stock?sslmode=disable"
+	DefaultShippingDatabaseURL = "postgres://postgres@localhost:5432/shipping?sslmode=disable"
+	DefaultAMQPURL             = "amqp://guest:guest@localhost:5672/"
+
+	DefaultOrderHTTPAddr    = ":8081"
+	DefaultStockHTTPAddr    = ":8082"
+	DefaultShippingHTTPAddr = ":8083"
+	DefaultRelayHTTPAddr    = ":8084"
+)
+
+// VarError describes one environment variable whose value could not be used.
+// Its message has the form `config: STOCK_WORKERS: "abc" is not an integer`.
+type VarError struct {
+	// Key is the name of the environment variable.
+	Key string
+	// Reason says what is wrong, usually quoting the value.
+	Reason string
+}
+
+// Error returns "config: KEY: reason".
+func (e *VarError) Error() string {
+	return "config: " + e.Key + ": " + e.Reason
+}
+
+// Env reads typed settings through a getenv function. A variable that is unset or empty
+// yields the default. A value that cannot be parsed also yields the default and records a
+// *VarError, so a caller reads every setting first and then checks Err once.
+//
+// An Env is not safe for concurrent use; binaries build their configuration once at start-up.
+type Env struct {
+	getenv func(string) string
+	errs   []error
+}
+
+// NewEnv returns an Env reading through getenv, usually os.Getenv in main and a map lookup
+// in tests. A nil getenv behaves as if no variable were set.
+func NewEnv(getenv func(string) string) *Env {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	return &Env{getenv: getenv}
+}
+
+// lookup returns the trimmed value of key and whether it is set to something non-empty.
+func (e *Env) lookup(key string) (string, bool) {
+	v := strings.TrimSpace(e.getenv(key))
+	return v, v != ""
+}
+
+// Errorf records a *VarError for key. Binaries use it for checks of their own, such as a
+// value that parses but is out of range, so that Err reports them with the others.
+func (e *Env) Errorf(key, format string, args ...any) {
+	e.errs = append(e.errs, &VarError{Key: key, Reason: fmt.Sprintf(format, args...)})
+}
+
+// String returns the value of key, or def when it is unset or empty. The value is returned
+// as set, surrounding white space included.
+func (e *Env) String(key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Required returns the value of key. When it is unset or empty it records an error
+// ("is required") and returns "".
+func (e *Env) Required(key string) string {
+	v := e.getenv(key)
+	if v == "" {
+		e.Errorf(key, "is required")
+	}
+	return v
+}
+
+// Int returns the value of key parsed as a base-10 integer, or def when it is unset.
+// A value that is not an integer records an error and yields def.
+func (e *Env) Int(key string, def int) int {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.Errorf(key, "%q is not an integer", v)
+		return def
+	}
+	return n
+}
+
+// PositiveInt is Int for settings that must be greater than zero, such as a worker count.
+// A value below 1 records an error and yields def.
+func (e *Env) PositiveInt(key string, def int) int {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.Errorf(key, "%q is not an integer", v)
+		return def
+	}
+	if n < 1 {
+		e.Errorf(key, "%d must be greater than zero", n)
+		return def
+	}
+	return n
+}
+
+// Duration returns the value of key parsed by time.ParseDuration ("250ms", "5s", "1h30m"),
+// or def when it is unset. A value that does not parse records an error and yields def.
+func (e *Env) Duration(key string, def time.Duration) time.Duration {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.Errorf(key, "%q is not a duration (want e.g. \"500ms\", \"5s\", \"1h\")", v)
+		return def
+	}
+	return d
+}
+
+// PositiveDuration is Duration for settings that must be greater than zero, such as a
+// timeout or a poll interval. A zero or negative value records an error and yields def.
+func (e *Env) PositiveDuration(key string, def time.Duration) time.Duration {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.Errorf(key, "%q is not a duration (want e.g. \"500ms\", \"5s\", \"1h\")", v)
+		return def
+	}
+	if d <= 0 {
+		e.Errorf(key, "%s must be greater than zero", d)
+		return def
+	}
+	return d
+}
+
+// Bool returns the value of key parsed by strconv.ParseBool ("1", "t", "true", "0", "f",
+// "false", any case), or def when it is unset. Any other value records an error and
+// yields def.
+func (e *Env) Bool(key string, def bool) bool {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.Errorf(key, "%q is not a boolean (want true or false)", v)
+		return def
+	}
+	return b
+}
+
+// Err returns every error recorded so far joined with errors.Join, in the order the
+// variables were read, or nil when all values were usable. Each one is a *VarError
+// (errors.As finds the first).
+func (e *Env) Err() error {
+	return errors.Join(e.errs...)
+}
+
+// MaskURL returns u with any password replaced by "xxxxx", for logs: the user-info password
+// of a URL (postgres://app:secret@db/orders), a password query parameter, or the password
+// keyword of a key/value connection string. A value that cannot be parsed as a URL is
+// replaced entirely by "<unparseable URL>", since it might hold a secret.
+func MaskURL(u string) string {
+	if u == "" {
+		return ""
+	}
+	if !strings.Contains(u, "://") {
+		// password=... in a key/value connection string ("host=db user=app password=secret").
+		keywordPassword := regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+		if keywordPassword.MatchString(u) {
+			return keywordPassword.ReplaceAllString(u, "${1}xxxxx")
+		}
+		return u
+	}
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	q := parsed.Query()
+	for k := range q {
+		if strings.EqualFold(k, "password") {
+			q[k] = []string{"xxxxx"}
+			parsed.RawQuery = q.Encode()
+		}
+	}
+	return parsed.Redacted()
+}
