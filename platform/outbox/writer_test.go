@@ -1,0 +1,192 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
+)
+
+func newWriterDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := testkit.NewDatabase(t, os.DirFS("testdata/writer"))
+	return pool
+}
+
+func newValidator(t *testing.T) *contracts.Validator {
+	t.Helper()
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func placedPayload() contracts.OrderPlaced {
+	return contracts.OrderPlaced{
+		OrderID:    uuid.New(),
+		CustomerID: uuid.New(),
+		Lines:      []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
+		Version:    2,
+	}
+}
+
+func countOutbox(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestWriteInsertsValidatedEnvelope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	v := newValidator(t)
+	now := time.Date(2026, 3, 4, 5, 6, 7, 891_234_567, time.FixedZone("CET", 3600))
+	w := outbox.NewWriter(v, contracts.ProducerOrder, outbox.WithClock(func() time.Time { return now }))
+	payload := placedPayload()
+
+	var env contracts.Envelope
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		env, err = w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if env.EventID.Version() != 7 {
+		t.Errorf("event id %s is UUID v%d, want v7", env.EventID, env.EventID.Version())
+	}
+
+	var (
+		id          uuid.UUID
+		name, key   string
+		body        []byte
+		occurredAt  time.Time
+		publishedAt *time.Time
+		attempts    int
+		lastError   *string
+	)
+	err = pool.QueryRow(ctx, `SELECT id, event_name, routing_key, envelope, occurred_at, published_at, attempts, last_error FROM outbox`).
+		Scan(&id, &name, &key, &body, &occurredAt, &publishedAt, &attempts, &lastError)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != env.EventID || name != contracts.EventOrderPlaced || key != contracts.EventOrderPlaced {
+		t.Errorf("row = (%s, %s, %s), want (%s, %s, %s)", id, name, key, env.EventID, contracts.EventOrderPlaced, contracts.EventOrderPlaced)
+	}
+	wantAt := now.Truncate(time.Millisecond).UTC()
+	if !occurredAt.Equal(wantAt) {
+		t.Errorf("occurred_at = %s, want %s", occurredAt, wantAt)
+	}
+	if publishedAt != nil || attempts != 0 || lastError != nil {
+		t.Errorf("new row published_at=%v attempts=%d last_error=%v, want unpublished", publishedAt, attempts, lastError)
+	}
+
+	got, err := v.Decode(body)
+	if err != nil {
+		t.Fatalf("stored envelope fails the contract: %v", err)
+	}
+	if got.EventID != env.EventID || got.Producer != contracts.ProducerOrder ||
+		got.SchemaVersion != contracts.SchemaVersion || got.CorrelationID != payload.OrderID.String() ||
+		!got.OccurredAt.Equal(wantAt) {
+		t.Errorf("stored envelope = %+v", got)
+	}
+	var p contracts.OrderPlaced
+	if err := json.Unmarshal(got.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.OrderID != payload.OrderID || p.Version != 2 || len(p.Lines) != 1 || p.Lines[0].Quantity != "2.000" {
+		t.Errorf("stored payload = %+v, want %+v", p, payload)
+	}
+}
+
+func TestWriteInvalidPayloadRollsBackCallerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE business (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
+	payload := placedPayload()
+	payload.Lines[0].Quantity = "-1"
+
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO business VALUES (1)`); err != nil {
+			return err
+		}
+		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		return err
+	})
+	var verr *contracts.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("err = %v, want a *contracts.ValidationError", err)
+	}
+	if verr.Field != "payload.lines[0].quantity" || !strings.Contains(err.Error(), "payload.lines[0].quantity") {
+		t.Errorf("err = %v (field %q), want it to name payload.lines[0].quantity", err, verr.Field)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM business`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("business rows = %d, want 0 after rollback", n)
+	}
+	if n := countOutbox(t, pool); n != 0 {
+		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+func TestWriteEnvelopeHookCorruptionIsRejected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder,
+		outbox.WithEnvelopeHook(func(e *contracts.Envelope) { e.Payload = json.RawMessage(`{"order_id":"nope"}`) }))
+	payload := placedPayload()
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		return err
+	})
+	var verr *contracts.ValidationError
+	if !errors.As(err, &verr) || !strings.HasPrefix(verr.Field, "payload") {
+		t.Fatalf("err = %v, want a validation error on the payload", err)
+	}
+	if n := countOutbox(t, pool); n != 0 {
+		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+func TestWriteUnknownEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := w.Write(ctx, tx, "order.order.exploded.v1", "c", placedPayload())
+		return err
+	})
+	if !errors.Is(err, contracts.ErrUnknownEvent) {
+		t.Fatalf("err = %v, want ErrUnknownEvent", err)
+	}
+	if n := countOutbox(t, pool); n != 0 {
+		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
