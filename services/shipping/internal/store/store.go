@@ -1,0 +1,127 @@
+// Package store keeps the shipping service's order_status and shipment rows in
+// PostgreSQL.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"example.com/shop/services/shipping/internal/shipping"
+)
+
+// DB runs queries; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads order statuses and shipments. It holds no state but its DB and
+// is safe for concurrent use when the DB is (a pool is).
+type Store struct {
+	db DB
+}
+
+// New returns a Store reading through db, usually the service's pool.
+func New(db DB) *Store {
+	return &Store{db: db}
+}
+
+// upsertStatus applies a change only when its version is strictly newer than
+// the stored one (DESIGN.md rule 4). A row comes back only when this change won:
+// it was inserted, or it replaced an older version. An equal version loses, so
+// of two changes with the same version the first one stays.
+const upsertStatus = `
+INSERT INTO order_status (order_id, status, version, updated_at)
+VALUES ($1, $2, $3, now())
+ON CONFLICT (order_id) DO UPDATE
+SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+WHERE order_status.version < EXCLUDED.version
+RETURNING status`
+
+// upsertShipment creates the order's shipment or moves it to the given status.
+// It runs only after the status upsert won, while that transaction holds the
+// order_status row lock, so concurrent changes of one order apply in turn.
+const upsertShipment = `
+INSERT INTO shipment (id, order_id, status, created_at, updated_at)
+VALUES ($1, $2, $3, now(), now())
+ON CONFLICT (order_id) DO UPDATE
+SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
+WHERE shipment.status IS DISTINCT FROM EXCLUDED.status`
+
+// Apply records change c in tx: it upserts order_status when c.Version is newer
+// than the stored version (or no row exists yet), and only then brings the
+// order's shipment in step with c.Status (placed -> ready, created when
+// missing; cancelled -> cancelled, created when missing). A stale change, or
+// one with the same version as the stored row, changes nothing and returns
+// applied=false with a nil error: it is not a failure, the event is simply
+// older than what is known.
+//
+// It returns an error wrapping shipping.ErrInvalidChange for a change that
+// can never be applied, and the database error otherwise. The caller owns tx
+// (commit or roll back).
+func Apply(ctx context.Context, tx pgx.Tx, c shipping.StatusChange) (applied bool, err error) {
+	if err := c.Validate(); err != nil {
+		return false, err
+	}
+	shipmentStatus, err := shipping.ShipmentStatusFor(c.Status)
+	if err != nil {
+		return false, err
+	}
+	var won string
+	err = tx.QueryRow(ctx, upsertStatus, c.OrderID, string(c.Status), c.Version).Scan(&won)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("upsert status of order %s to %s v%d: %w", c.OrderID, c.Status, c.Version, err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return false, fmt.Errorf("new shipment id for order %s: %w", c.OrderID, err)
+	}
+	if _, err := tx.Exec(ctx, upsertShipment, id, c.OrderID, string(shipmentStatus)); err != nil {
+		return false, fmt.Errorf("set shipment of order %s to %s: %w", c.OrderID, shipmentStatus, err)
+	}
+	return true, nil
+}
+
+// OrderStatus returns the stored status of order orderID, or an error wrapping
+// shipping.ErrNotFound when none is known.
+func (s *Store) OrderStatus(ctx context.Context, orderID uuid.UUID) (shipping.OrderStatus, error) {
+	var os shipping.OrderStatus
+	var status string
+	err := s.db.QueryRow(ctx,
+		`SELECT order_id, status, version, updated_at FROM order_status WHERE order_id = $1`, orderID,
+	).Scan(&os.OrderID, &status, &os.Version, &os.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return shipping.OrderStatus{}, fmt.Errorf("order status %s: %w", orderID, shipping.ErrNotFound)
+	}
+	if err != nil {
+		return shipping.OrderStatus{}, fmt.Errorf("read order status %s: %w", orderID, err)
+	}
+	os.Status = shipping.Status(status)
+	return os, nil
+}
+
+// Shipment returns the shipment of order orderID, or an error wrapping
+// shipping.ErrNotFound when the order has none.
+func (s *Store) Shipment(ctx context.Context, orderID uuid.UUID) (shipping.Shipment, error) {
+	var sh shipping.Shipment
+	var status string
+	err := s.db.QueryRow(ctx,
+		`SELECT id, order_id, status, created_at, updated_at FROM shipment WHERE order_id = $1`, orderID,
+	).Scan(&sh.ID, &sh.OrderID, &status, &sh.CreatedAt, &sh.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return shipping.Shipment{}, fmt.Errorf("shipment of order %s: %w", orderID, shipping.ErrNotFound)
+	}
+	if err != nil {
+		return shipping.Shipment{}, fmt.Errorf("read shipment of order %s: %w", orderID, err)
+	}
+	sh.Status = shipping.ShipmentStatus(status)
+	return sh, nil
+}
