@@ -80,6 +80,9 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	if err := topo.Validate(); err != nil {
 		return nil, err
 	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	c := &Connection{
 		url:    url,
 		topo:   topo,

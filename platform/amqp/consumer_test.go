@@ -1,0 +1,374 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// recorder is a handler that records what it saw and answers with fn.
+type recorder struct {
+	mu   sync.Mutex
+	seen []Delivery
+	fn   func(d Delivery) error
+}
+
+func (r *recorder) handle(_ context.Context, d Delivery) error {
+	r.mu.Lock()
+	r.seen = append(r.seen, d)
+	r.mu.Unlock()
+	if r.fn == nil {
+		return nil
+	}
+	return r.fn(d)
+}
+
+func (r *recorder) count(pred func(Delivery) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, d := range r.seen {
+		if pred == nil || pred(d) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) ids() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := make(map[string]int)
+	for _, d := range r.seen {
+		m[d.MessageID]++
+	}
+	return m
+}
+
+// startConsumer runs a consumer until the returned stop is called (or the
+// test ends); stop checks that Run returned nil.
+func startConsumer(t *testing.T, conn *Connection, cfg ConsumerConfig, h HandlerFunc) (*Consumer, func()) {
+	t.Helper()
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff, cfg.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
+	}
+	c, err := NewConsumer(conn, cfg, h, testLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not return")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func publishAll(t *testing.T, conn *Connection, exchange string, msgs []Message) {
+	t.Helper()
+	pub := NewPublisher(conn, exchange)
+	defer pub.Close()
+	if n, err := pub.PublishBatch(t.Context(), msgs, 10*time.Second); err != nil {
+		t.Fatalf("publish: confirmed %d: %v", n, err)
+	}
+}
+
+func readyMessages(t *testing.T, queue string) int {
+	t.Helper()
+	q, err := rawChannel(t).QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", queue, err)
+	}
+	return q.Messages
+}
+
+func TestConsumerAcksHandledMessages(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{}
+	c, stop := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, Workers: 4}, rec.handle)
+
+	msgs := messages(100, "ack")
+	publishAll(t, conn, topo.Exchange, msgs)
+	eventually(t, 10*time.Second, "100 deliveries", func() bool { return rec.count(nil) >= 100 })
+	stop()
+
+	if got := testutil.ToFloat64(c.metrics.processed); got != 100 {
+		t.Errorf("processed_total = %v, want 100", got)
+	}
+	if n := readyMessages(t, topo.Queues[0].Name); n != 0 {
+		t.Errorf("%d messages left in the queue, want 0", n)
+	}
+	for id, n := range rec.ids() {
+		if n != 1 {
+			t.Errorf("%s handled %d times", id, n)
+		}
+	}
+	d := rec.seen[0]
+	if d.Attempt != 1 || d.Type != testKey || d.RoutingKey != testKey || d.Headers["correlation_id"] == nil {
+		t.Errorf("delivery: %+v", d)
+	}
+}
+
+func TestConsumerDeadLettersPermanentErrorAtOnce(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{fn: func(Delivery) error { return fmt.Errorf("decode: %w", ErrPermanent) }}
+	c, _ := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle)
+
+	msg := messages(1, "poison")[0]
+	publishAll(t, conn, topo.Exchange, []Message{msg})
+	d := getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
+	if string(d.Body) != string(msg.Body) || d.MessageId != msg.MessageID || d.Type != msg.Type ||
+		d.Headers["correlation_id"] != msg.Headers["correlation_id"] || d.ContentType != "application/json" {
+		t.Fatalf("dead-lettered message changed: %+v", d)
+	}
+	if n := rec.count(nil); n != 1 {
+		t.Fatalf("handled %d times, want 1", n)
+	}
+	if got := testutil.ToFloat64(c.metrics.deadLettered); got != 1 {
+		t.Errorf("dead_lettered_total = %v, want 1", got)
+	}
+}
+
+func TestConsumerRetriesThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{fn: func(Delivery) error { return errors.New("database is down") }}
+	const maxAttempts = 4 // more attempts than retry levels: the last level is reused
+	c, _ := startConsumer(t, conn, ConsumerConfig{
+		Queue: topo.Queues[0].Name, MaxAttempts: maxAttempts, RetryDelays: topo.Queues[0].RetryDelays,
+	}, rec.handle)
+
+	msg := messages(1, "flaky")[0]
+	publishAll(t, conn, topo.Exchange, []Message{msg})
+	d := getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
+	if string(d.Body) != string(msg.Body) || d.MessageId != msg.MessageID ||
+		d.Headers["correlation_id"] != msg.Headers["correlation_id"] || attemptOf(d.Headers["x-attempt"]) != maxAttempts {
+		t.Fatalf("dead-lettered message: %+v", d)
+	}
+	time.Sleep(200 * time.Millisecond) // nothing may come back
+	var attempts []int
+	rec.mu.Lock()
+	for _, d := range rec.seen {
+		attempts = append(attempts, d.Attempt)
+	}
+	rec.mu.Unlock()
+	if !slices.Equal(attempts, []int{1, 2, 3, 4}) {
+		t.Fatalf("attempts %v, want [1 2 3 4]", attempts)
+	}
+	if got := testutil.ToFloat64(c.metrics.retries); got != maxAttempts-1 {
+		t.Errorf("retries_total = %v, want %d", got, maxAttempts-1)
+	}
+	if got := testutil.ToFloat64(c.metrics.failures); got != maxAttempts {
+		t.Errorf("failures_total = %v, want %d", got, maxAttempts)
+	}
+}
+
+func TestConsumerKeepsFlowingBehindPoison(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t, time.Second) // the poison waits 1 s between attempts
+	conn := dialTest(t, topo)
+	rec := &recorder{fn: func(d Delivery) error {
+		if d.MessageID == "poison" {
+			return errors.New("cannot handle this one yet")
+		}
+		return nil
+	}}
+	startConsumer(t, conn, ConsumerConfig{
+		Queue: topo.Queues[0].Name, Workers: 1, Prefetch: 1, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+	}, rec.handle)
+
+	msgs := append([]Message{{RoutingKey: testKey, MessageID: "poison", Body: []byte(`{}`)}}, messages(50, "good")...)
+	publishAll(t, conn, topo.Exchange, msgs)
+	eventually(t, 10*time.Second, "good messages", func() bool {
+		return rec.count(func(d Delivery) bool { return d.MessageID != "poison" }) == 50
+	})
+	if n := rec.count(func(d Delivery) bool { return d.MessageID == "poison" }); n != 1 {
+		t.Fatalf("poison handled %d times before the good ones finished, want 1", n)
+	}
+	d := getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
+	if d.MessageId != "poison" {
+		t.Fatalf("dead letter %q", d.MessageId)
+	}
+}
+
+func TestConsumerSurvivesConnectionLoss(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{}
+	startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name}, rec.handle)
+
+	publishAll(t, conn, topo.Exchange, messages(10, "before"))
+	eventually(t, 10*time.Second, "first messages", func() bool { return rec.count(nil) >= 10 })
+	if !conn.breakConnection() {
+		t.Fatal("no socket to break")
+	}
+	pub := NewPublisher(conn, topo.Exchange)
+	defer pub.Close()
+	after := messages(10, "after")
+	eventually(t, 20*time.Second, "publish after reconnect", func() bool {
+		_, err := pub.PublishBatch(t.Context(), after, 2*time.Second)
+		return err == nil
+	})
+	eventually(t, 20*time.Second, "messages after reconnect", func() bool {
+		ids := rec.ids()
+		for _, m := range after {
+			if ids[m.MessageID] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestConsumerResubscribesAfterBrokerCancel(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{}
+	startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name}, rec.handle)
+	publishAll(t, conn, topo.Exchange, messages(1, "first"))
+	eventually(t, 10*time.Second, "first message", func() bool { return rec.count(nil) == 1 })
+
+	// Deleting the queue cancels the subscription on the broker's side.
+	raw := rawChannel(t)
+	if _, err := raw.QueueDelete(topo.Queues[0].Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := topo.Declare(raw); err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, conn, topo.Exchange, messages(1, "second"))
+	eventually(t, 10*time.Second, "message after re-subscribe", func() bool { return rec.ids()["second-0"] == 1 })
+}
+
+func TestConsumerShutdownFinishesInFlightHandler(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	started := make(chan struct{})
+	var ctxErr error
+	handler := func(ctx context.Context, d Delivery) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond) // a transaction in progress
+		ctxErr = ctx.Err()
+		return nil
+	}
+	c, stop := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name}, handler)
+	publishAll(t, conn, topo.Exchange, messages(1, "slow"))
+	<-started
+	stop() // returns after the handler finished
+	if ctxErr != nil {
+		t.Fatalf("handler ctx cancelled during shutdown: %v", ctxErr)
+	}
+	if got := testutil.ToFloat64(c.metrics.processed); got != 1 {
+		t.Fatalf("processed_total = %v, want 1", got)
+	}
+	if n := readyMessages(t, topo.Queues[0].Name); n != 0 {
+		t.Fatalf("%d messages back in the queue: the in-flight one was not acked", n)
+	}
+}
+
+func TestConsumerShutdownGraceIsBounded(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	started := make(chan struct{})
+	handler := func(ctx context.Context, d Delivery) error {
+		close(started)
+		<-ctx.Done() // a handler stuck until its ctx ends
+		return ctx.Err()
+	}
+	_, stop := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, ShutdownTimeout: 100 * time.Millisecond}, handler)
+	publishAll(t, conn, topo.Exchange, messages(1, "stuck"))
+	<-started
+	stop()
+}
+
+func TestAttemptOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   any
+		want int
+	}{{nil, 1}, {int32(3), 3}, {int64(7), 7}, {"4", 4}, {int32(0), 1}, {int32(-2), 1}, {"x", 1}, {1.5, 1}} {
+		if got := attemptOf(tc.in); got != tc.want {
+			t.Errorf("attemptOf(%v) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestNoGoroutineLeak is not parallel: it runs before the parallel tests
+// resume, so the goroutine count is its own.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		topo := testTopology(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := DialOptions(ctx, amqpURL(t), topo, testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rec := &recorder{fn: func(d Delivery) error {
+			if d.MessageID == "leak-0" && d.Attempt == 1 {
+				return errors.New("retry me")
+			}
+			return nil
+		}}
+		_, stop := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle)
+		publishAll(t, conn, topo.Exchange, messages(20, "leak"))
+		eventually(t, 10*time.Second, "deliveries", func() bool { return rec.count(nil) >= 21 })
+		conn.breakConnection()
+		eventually(t, 10*time.Second, "reconnect", func() bool { return conn.Ready() == nil })
+		publishAll(t, conn, topo.Exchange, messages(5, "leak2"))
+		eventually(t, 10*time.Second, "deliveries after reconnect", func() bool { return rec.count(nil) >= 26 })
+		stop()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
