@@ -1,0 +1,146 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/services/shipping/internal/httpapi"
+	"example.com/shop/services/shipping/internal/shipping"
+	"example.com/shop/services/shipping/internal/store"
+	"example.com/shop/services/shipping/migrations"
+)
+
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.New(store.New(pool), nil), nil, metrics.NewRegistry()))
+	t.Cleanup(srv.Close)
+
+	placed, cancelled := uuid.New(), uuid.New()
+	for _, c := range []shipping.StatusChange{
+		{OrderID: placed, Status: shipping.StatusPlaced, Version: 2},
+		{OrderID: cancelled, Status: shipping.StatusCancelled, Version: 3},
+	} {
+		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
+			_, err := store.Apply(testkit.Context(t), tx, c)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tests := []struct {
+		name, path  string
+		wantStatus  int
+		wantType    string
+		wantBody    map[string]any // compared key by key
+		wantDynamic []string       // keys that must be present, with values checked below
+	}{
+		{
+			name: "placed order status", path: "/order-status/" + placed.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody: map[string]any{"order_id": placed.String(), "status": "placed", "version": 2.0},
+		},
+		{
+			name: "cancelled order status", path: "/order-status/" + cancelled.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody: map[string]any{"order_id": cancelled.String(), "status": "cancelled", "version": 3.0},
+		},
+		{
+			name: "ready shipment", path: "/shipments/" + placed.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody:    map[string]any{"order_id": placed.String(), "status": "ready"},
+			wantDynamic: []string{"id", "created_at", "updated_at"},
+		},
+		{
+			name: "cancelled shipment", path: "/shipments/" + cancelled.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody:    map[string]any{"order_id": cancelled.String(), "status": "cancelled"},
+			wantDynamic: []string{"id", "created_at", "updated_at"},
+		},
+		{
+			name: "unknown order status", path: "/order-status/" + uuid.NewString(),
+			wantStatus: 404, wantType: "application/problem+json",
+			wantBody: map[string]any{"status": 404.0, "title": "Not Found"},
+		},
+		{
+			name: "unknown shipment", path: "/shipments/" + uuid.NewString(),
+			wantStatus: 404, wantType: "application/problem+json",
+			wantBody: map[string]any{"status": 404.0, "title": "Not Found"},
+		},
+		{
+			name: "bad order status id", path: "/order-status/not-a-uuid",
+			wantStatus: 400, wantType: "application/problem+json",
+			wantBody: map[string]any{"status": 400.0, "field": "order_id"},
+		},
+		{
+			name: "bad shipment id", path: "/shipments/" + strings.ReplaceAll(placed.String(), "-", ""),
+			wantStatus: 400, wantType: "application/problem+json",
+			wantBody: map[string]any{"status": 400.0, "field": "order_id"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			resp, err := http.Get(srv.URL + tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, tt.wantStatus, raw)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, tt.wantType) {
+				t.Errorf("Content-Type = %q, want %q", ct, tt.wantType)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(raw, &body); err != nil {
+				t.Fatalf("body %s: %v", raw, err)
+			}
+			for k, want := range tt.wantBody {
+				if body[k] != want {
+					t.Errorf("%s = %#v, want %#v (body %s)", k, body[k], want, raw)
+				}
+			}
+			for _, k := range tt.wantDynamic {
+				if _, ok := body[k]; !ok {
+					t.Errorf("body %s has no %q", raw, k)
+				}
+			}
+			if id, ok := body["id"].(string); ok {
+				if u, err := uuid.Parse(id); err != nil || u.Version() != 7 {
+					t.Errorf("id = %q, want a UUID v7", id)
+				}
+			}
+			for _, k := range []string{"created_at", "updated_at"} {
+				if s, ok := body[k].(string); ok {
+					ts, err := time.Parse(time.RFC3339Nano, s)
+					if err != nil || ts.Location() != time.UTC || time.Since(ts) > time.Hour {
+						t.Errorf("%s = %q, want a recent RFC 3339 UTC time", k, s)
+					}
+				}
+			}
+			if tt.wantStatus == 200 {
+				if len(body) != len(tt.wantBody)+len(tt.wantDynamic) {
+					t.Errorf("body %s has unexpected fields", raw)
+				}
+			}
+		})
+	}
+}
