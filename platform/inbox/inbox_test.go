@@ -1,0 +1,21 @@
+package inbox_test
+
+import (
+	"embed"
+	"io/fs"
+	"testing"
+
+	"example.com/shop/platform/inbox/inboxtest"
+)
+
+//go:embed testdata/migrations/*.sql
+var testMigrations embed.FS
+
+func TestInbox(t *testing.T) {
+	t.Parallel()
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.Run(t, migrations)
+}
