@@ -30,7 +30,9 @@ type Delivery struct {
 	RoutingKey    string
 	CorrelationID string // the AMQP correlation_id property, if set
 	Timestamp     time.Time
-	Headers       amqp091.Table
+	// Headers are the message's headers; read-only, because a retried copy
+	// is made from them after the handler returns.
+	Headers amqp091.Table
 	// Attempt is 1 on the first delivery and grows by one on every retry
 	// (read from ConsumerConfig.AttemptHeader; broker redeliveries after a
 	// lost connection do not count).

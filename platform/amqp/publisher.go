@@ -98,6 +98,10 @@ func NewPublisher(conn *Connection, exchange string) *Publisher {
 // a missing exchange) or the end of ctx. Messages after the prefix may or
 // may not have reached a queue, so callers publish them again (at least
 // once, never lost).
+//
+// A publish itself cannot be interrupted: when the broker blocks publishers
+// (memory or disk alarm) a call may wait in the socket write beyond
+// confirmTimeout until the alarm clears or the connection drops.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTimeout time.Duration) (confirmed int, err error) {
 	now := time.Now().UTC()
 	return p.publish(ctx, len(msgs), func(i int) (string, amqp091.Publishing) {
