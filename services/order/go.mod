@@ -1,12 +1,15 @@
 module example.com/shop/services/order
 
-go 1.26
+go 1.26.0
 
-require github.com/looplab/fsm v1.0.3 // indirect
+require (
+	github.com/looplab/fsm v1.0.3
+	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1 // indirect
+)
 
 require (
 	example.com/shop/contracts v0.0.0
-	example.com/shop/platform v0.0.0
+	github.com/google/uuid v1.6.0
 )
 
 replace (

@@ -1,0 +1,281 @@
+package order_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"example.com/shop/contracts"
+	"example.com/shop/services/order/internal/order"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 678_901_234, time.UTC)
+
+func qty(t *testing.T, s string) order.Quantity {
+	t.Helper()
+	q, err := order.ParseQuantity(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func newDraft(t *testing.T) *order.Order {
+	t.Helper()
+	o, err := order.New(uuid.New(), uuid.New(), []order.Line{
+		{ProductID: uuid.New(), Quantity: qty(t, "2")},
+		{ProductID: uuid.New(), Quantity: qty(t, "0.5")},
+	}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestNewIsDraftAtVersionOne(t *testing.T) {
+	t.Parallel()
+	o := newDraft(t)
+	if o.Status() != order.StatusDraft || o.Version() != 1 {
+		t.Fatalf("new order = %s v%d, want draft v1", o.Status(), o.Version())
+	}
+	if !o.CreatedAt().Equal(t0.Truncate(time.Microsecond)) || !o.UpdatedAt().Equal(o.CreatedAt()) {
+		t.Errorf("timestamps = %s, %s", o.CreatedAt(), o.UpdatedAt())
+	}
+	if len(o.Events()) != 0 {
+		t.Errorf("new order recorded %d events", len(o.Events()))
+	}
+	if got := o.Lines()[0].Quantity.String(); got != "2.000" {
+		t.Errorf("quantity = %q, want 2.000", got)
+	}
+}
+
+func TestPlaceRecordsPlacedEvent(t *testing.T) {
+	t.Parallel()
+	o := newDraft(t)
+	later := t0.Add(time.Minute)
+	if err := o.Place(later); err != nil {
+		t.Fatalf("Place: %v", err)
+	}
+	if o.Status() != order.StatusPlaced || o.Version() != 2 || !o.UpdatedAt().Equal(later.Truncate(time.Microsecond)) {
+		t.Fatalf("after place = %s v%d at %s", o.Status(), o.Version(), o.UpdatedAt())
+	}
+	events := o.Events()
+	if len(events) != 1 || events[0].Name != contracts.EventOrderPlaced {
+		t.Fatalf("events = %+v, want one %s", events, contracts.EventOrderPlaced)
+	}
+	p, ok := events[0].Payload.(contracts.OrderPlaced)
+	if !ok {
+		t.Fatalf("payload is %T", events[0].Payload)
+	}
+	if p.OrderID != o.ID() || p.CustomerID != o.CustomerID() || p.Version != 2 ||
+		len(p.Lines) != 2 || p.Lines[0].Quantity != "2.000" || p.Lines[1].Quantity != "0.500" {
+		t.Errorf("payload = %+v", p)
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		action  string
+		wantErr error
+		status  order.Status
+		version int
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"place then cancel", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"cancel", nil, order.StatusCancelled, 3},
+		}},
+		{"cancel a draft", []step{{"cancel", nil, order.StatusCancelled, 2}}},
+		{"place twice", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"place", order.ErrNotDraft, order.StatusPlaced, 2},
+		}},
+		{"cancel twice", []step{
+			{"cancel", nil, order.StatusCancelled, 2},
+			{"cancel", order.ErrAlreadyCancelled, order.StatusCancelled, 2},
+		}},
+		{"place a cancelled order", []step{
+			{"cancel", nil, order.StatusCancelled, 2},
+			{"place", order.ErrNotDraft, order.StatusCancelled, 2},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := newDraft(t)
+			applied := 0
+			for i, s := range tc.steps {
+				var err error
+				if s.action == "place" {
+					err = o.Place(t0)
+				} else {
+					err = o.Cancel(t0)
+				}
+				if !errors.Is(err, s.wantErr) {
+					t.Fatalf("step %d %s: err = %v, want %v", i, s.action, err, s.wantErr)
+				}
+				if s.wantErr != nil && !errors.Is(err, order.ErrInvalidTransition) {
+					t.Fatalf("step %d: %v does not wrap ErrInvalidTransition", i, err)
+				}
+				if s.wantErr == nil {
+					applied++
+				}
+				if o.Status() != s.status || o.Version() != s.version {
+					t.Fatalf("step %d %s: %s v%d, want %s v%d", i, s.action, o.Status(), o.Version(), s.status, s.version)
+				}
+			}
+			if n := len(o.Events()); n != applied {
+				t.Fatalf("events = %d, want one per applied transition (%d)", n, applied)
+			}
+		})
+	}
+}
+
+func TestCancelRecordsCancelledEventWithVersion(t *testing.T) {
+	t.Parallel()
+	o := newDraft(t)
+	if err := o.Place(t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Cancel(t0); err != nil {
+		t.Fatal(err)
+	}
+	events := o.Events()
+	if len(events) != 2 || events[1].Name != contracts.EventOrderCancelled {
+		t.Fatalf("events = %+v", events)
+	}
+	p, ok := events[1].Payload.(contracts.OrderCancelled)
+	if !ok || p.Version != 3 {
+		t.Fatalf("cancelled payload = %#v, want version 3", events[1].Payload)
+	}
+}
+
+func TestFromDatabaseRecordsNoEvent(t *testing.T) {
+	t.Parallel()
+	lines := []order.Line{{ProductID: uuid.New(), Quantity: qty(t, "1")}}
+	o, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusPlaced, 2, lines, t0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status() != order.StatusPlaced || o.Version() != 2 || len(o.Events()) != 0 {
+		t.Fatalf("rebuilt = %s v%d, %d events", o.Status(), o.Version(), len(o.Events()))
+	}
+	if err := o.Place(t0); !errors.Is(err, order.ErrNotDraft) {
+		t.Fatalf("Place on a stored placed order: %v", err)
+	}
+	if err := o.Cancel(t0); err != nil || o.Version() != 3 {
+		t.Fatalf("Cancel: %v, version %d", err, o.Version())
+	}
+
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), "shipped", 1, lines, t0, t0); err == nil {
+		t.Error("unknown status accepted")
+	}
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusDraft, 0, lines, t0, t0); err == nil {
+		t.Error("version 0 accepted")
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	p1, p2 := uuid.New(), uuid.New()
+	one := qty(t, "1")
+	many := make([]order.Line, order.MaxLines+1)
+	for i := range many {
+		many[i] = order.Line{ProductID: uuid.New(), Quantity: one}
+	}
+	cases := []struct {
+		name      string
+		customer  uuid.UUID
+		lines     []order.Line
+		wantField string
+		wantErr   error
+	}{
+		{"nil customer", uuid.Nil, []order.Line{{p1, one}}, "customer_id", order.ErrRequired},
+		{"no lines", uuid.New(), nil, "lines", order.ErrNoLines},
+		{"too many lines", uuid.New(), many, "lines", order.ErrTooManyLines},
+		{"nil product", uuid.New(), []order.Line{{p1, one}, {uuid.Nil, one}}, "lines[1].product_id", order.ErrRequired},
+		{"zero quantity value", uuid.New(), []order.Line{{p1, order.Quantity{}}}, "lines[0].quantity", order.ErrInvalidQuantity},
+		{"duplicate product", uuid.New(), []order.Line{{p1, one}, {p2, one}, {p1, one}}, "lines[2].product_id", order.ErrDuplicateProduct},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := order.New(uuid.New(), tc.customer, tc.lines, t0)
+			var fe *order.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.wantField || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want field %s wrapping %v", err, tc.wantField, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseQuantity(t *testing.T) {
+	t.Parallel()
+	good := map[string]string{
+		"2":             "2.000",
+		"2.5":           "2.500",
+		"0.001":         "0.001",
+		"0.5":           "0.500",
+		"007.25":        "7.250",
+		"999999999.999": "999999999.999",
+		"000000001":     "1.000",
+		"10":            "10.000",
+	}
+	for in, want := range good {
+		q, err := order.ParseQuantity(in)
+		if err != nil || q.String() != want {
+			t.Errorf("ParseQuantity(%q) = %q, %v; want %q", in, q, err, want)
+		}
+	}
+	bad := []string{
+		"", "0", "0.000", "00.0", "-1", "+1", "1e3", "1.2345", "1000000000", "1.", ".5",
+		" 1", "1 ", "1,5", "abc", "NaN", "١", "1.0.0", "0x10", "99999999999999999999999999999999999",
+	}
+	for _, in := range bad {
+		if q, err := order.ParseQuantity(in); !errors.Is(err, order.ErrInvalidQuantity) {
+			t.Errorf("ParseQuantity(%q) = %q, %v; want ErrInvalidQuantity", in, q, err)
+		}
+	}
+}
+
+// Every normalised quantity satisfies the contract: an order that New accepts can always
+// be published.
+func FuzzParseQuantity(f *testing.F) {
+	for _, s := range []string{"2", "0.5", "007.25", "999999999.999", "0.000", "1e3"} {
+		f.Add(s)
+	}
+	v, err := contracts.NewValidator()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := order.ParseQuantity(s)
+		if err != nil {
+			return
+		}
+		o, err := order.New(uuid.New(), uuid.New(), []order.Line{{ProductID: uuid.New(), Quantity: q}}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Place(t0); err != nil {
+			t.Fatal(err)
+		}
+		env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "c", o.Events()[0].Payload, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := env.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Validate(body); err != nil {
+			t.Fatalf("ParseQuantity(%q) = %q fails the contract: %v", s, q, err)
+		}
+	})
+}
