@@ -16,8 +16,11 @@ const (
 )
 
 // owner names the part of the layout a package belongs to: "contracts",
-// "platform", "services/<name>", "e2e".
+// "platform", "services/<name>", "e2e". An external test package
+// ("<path>_test") and a test main ("<path>.test") belong to the part of
+// <path>.
 func owner(pkg string) string {
+	pkg = strings.TrimSuffix(strings.TrimSuffix(pkg, ".test"), "_test")
 	rest := strings.TrimPrefix(pkg, root)
 	parts := strings.SplitN(rest, "/", 3)
 	if parts[0] == "services" && len(parts) > 1 {

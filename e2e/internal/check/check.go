@@ -1,0 +1,374 @@
+// Package check reads the three databases of the shop and verifies the
+// end-to-end invariants that the outbox, the relay and the inboxes promise
+// together; the end-to-end suite and the demo use the same checks.
+package check
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DBs are open pools on the order, stock and shipping databases.
+type DBs struct {
+	Order    *pgxpool.Pool
+	Stock    *pgxpool.Pool
+	Shipping *pgxpool.Pool
+}
+
+// Close closes the pools that are set.
+func (d DBs) Close() {
+	for _, p := range []*pgxpool.Pool{d.Order, d.Stock, d.Shipping} {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+// Open connects to the three databases; on error it closes what it opened.
+func Open(ctx context.Context, orderURL, stockURL, shippingURL string) (DBs, error) {
+	var d DBs
+	var err error
+	if d.Order, err = pgxpool.New(ctx, orderURL); err != nil {
+		return DBs{}, fmt.Errorf("open order db: %w", err)
+	}
+	if d.Stock, err = pgxpool.New(ctx, stockURL); err != nil {
+		d.Close()
+		return DBs{}, fmt.Errorf("open stock db: %w", err)
+	}
+	if d.Shipping, err = pgxpool.New(ctx, shippingURL); err != nil {
+		d.Close()
+		return DBs{}, fmt.Errorf("open shipping db: %w", err)
+	}
+	return d, nil
+}
+
+// Report is what one pass over the databases found: the counts and every
+// broken invariant.
+type Report struct {
+	Orders            map[string]int // orders by status: draft, placed, cancelled
+	OutboxEvents      int            // rows in the outbox
+	OutboxPublished   int            // outbox rows with published_at set
+	ReservedLines     int            // reservation rows held in stock
+	StockProcessed    int            // stock's processed_event keys
+	ShippingProcessed int            // shipping's processed_event keys
+	OrderStatuses     int            // shipping's order_status rows
+	Shipments         map[string]int // shipping's shipments by status
+	Lost              int            // outbox events missing from a consumer's processed_event (counted once per consumer)
+	DoubleReserved    int            // order lines reserved more than once
+	Problems          []string       // broken invariants, one line each (capped at MaxProblems)
+	MoreProblems      int            // problems beyond MaxProblems
+}
+
+// MaxProblems caps Report.Problems so that a wholly broken run stays readable.
+const MaxProblems = 50
+
+// OK reports whether every invariant holds.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// String lists the problems, one per line, or "all invariants hold".
+func (r Report) String() string {
+	if r.OK() {
+		return "all invariants hold"
+	}
+	s := strings.Join(r.Problems, "\n")
+	if r.MoreProblems > 0 {
+		s += fmt.Sprintf("\n... and %d more", r.MoreProblems)
+	}
+	return s
+}
+
+func (r *Report) problem(format string, args ...any) {
+	if len(r.Problems) >= MaxProblems {
+		r.MoreProblems++
+		return
+	}
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// Eventually runs Invariants every 200 ms until they hold or timeout passes,
+// and returns the last report. The error is non-nil only when a database
+// cannot be read (or ctx ends); a report whose invariants still fail at the
+// deadline comes back with a nil error and OK() false.
+func Eventually(ctx context.Context, d DBs, timeout time.Duration) (Report, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		r, err := Invariants(ctx, d)
+		if err == nil && r.OK() {
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type order struct {
+	status  string
+	version int
+	lines   map[string]string // product_id -> quantity, trailing zeros trimmed
+	events  int               // outbox rows about this order
+}
+
+type shipState struct {
+	status   string
+	version  int
+	shipment string // "" when none
+}
+
+// Invariants reads the three databases once and checks, for every order:
+//
+//   - a draft order has no outbox event, no reservation and no shipping row;
+//   - a placed order has exactly its lines reserved, each once, with the
+//     ordered quantity;
+//   - a cancelled order holds no reservation;
+//   - an order with at least one event is known to shipping with the
+//     order's own status and version (DESIGN.md rule 4), and its shipment
+//     follows the status (placed -> ready, cancelled -> cancelled);
+//
+// and, over all events: every outbox row is published (rule 2), and every
+// event's id is a processed_event key of both stock and shipping, with no
+// key that matches no event (rule 3); reservations and shipping rows of
+// unknown orders are reported too.
+//
+// Run it when the system is quiet (no request in flight and the queues
+// drained), or through Eventually. It returns an error only when a query fails.
+func Invariants(ctx context.Context, d DBs) (Report, error) {
+	r := Report{Orders: map[string]int{}, Shipments: map[string]int{}}
+
+	orders := map[string]*order{}
+	rows, err := d.Order.Query(ctx, `SELECT id::text, status, version FROM orders`)
+	if err != nil {
+		return r, fmt.Errorf("read orders: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		o := &order{lines: map[string]string{}}
+		if err := rows.Scan(&id, &o.status, &o.version); err != nil {
+			return r, fmt.Errorf("read orders: %w", err)
+		}
+		orders[id] = o
+		r.Orders[o.status]++
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read orders: %w", err)
+	}
+
+	rows, err = d.Order.Query(ctx, `SELECT order_id::text, product_id::text, trim_scale(quantity)::text FROM order_line`)
+	if err != nil {
+		return r, fmt.Errorf("read order lines: %w", err)
+	}
+	for rows.Next() {
+		var oid, pid, qty string
+		if err := rows.Scan(&oid, &pid, &qty); err != nil {
+			return r, fmt.Errorf("read order lines: %w", err)
+		}
+		if o := orders[oid]; o != nil {
+			o.lines[pid] = qty
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read order lines: %w", err)
+	}
+
+	events := map[string]bool{}
+	rows, err = d.Order.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', published_at IS NOT NULL FROM outbox`)
+	if err != nil {
+		return r, fmt.Errorf("read outbox: %w", err)
+	}
+	for rows.Next() {
+		var id, oid string
+		var published bool
+		if err := rows.Scan(&id, &oid, &published); err != nil {
+			return r, fmt.Errorf("read outbox: %w", err)
+		}
+		events[id] = true
+		r.OutboxEvents++
+		if published {
+			r.OutboxPublished++
+		} else {
+			r.problem("outbox event %s (order %s) is not published", id, oid)
+		}
+		if o := orders[oid]; o != nil {
+			o.events++
+		} else {
+			r.problem("outbox event %s names unknown order %s", id, oid)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read outbox: %w", err)
+	}
+
+	// Reservations held in stock: order -> product -> quantities (one per row).
+	held := map[string]map[string][]string{}
+	rows, err = d.Stock.Query(ctx, reservationsQuery)
+	if err != nil {
+		return r, fmt.Errorf("read reservations: %w", err)
+	}
+	for rows.Next() {
+		var oid, pid, qty string
+		if err := rows.Scan(&oid, &pid, &qty); err != nil {
+			return r, fmt.Errorf("read reservations: %w", err)
+		}
+		r.ReservedLines++
+		if held[oid] == nil {
+			held[oid] = map[string][]string{}
+		}
+		held[oid][pid] = append(held[oid][pid], qty)
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read reservations: %w", err)
+	}
+
+	ship := map[string]*shipState{}
+	rows, err = d.Shipping.Query(ctx, `SELECT s.order_id::text, s.status, s.version, coalesce(sh.status, '')
+FROM order_status s LEFT JOIN shipment sh ON sh.order_id = s.order_id`)
+	if err != nil {
+		return r, fmt.Errorf("read order_status: %w", err)
+	}
+	for rows.Next() {
+		var oid string
+		s := &shipState{}
+		if err := rows.Scan(&oid, &s.status, &s.version, &s.shipment); err != nil {
+			return r, fmt.Errorf("read order_status: %w", err)
+		}
+		ship[oid] = s
+		r.OrderStatuses++
+		if s.shipment != "" {
+			r.Shipments[s.shipment]++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("read order_status: %w", err)
+	}
+
+	ids := make([]string, 0, len(orders))
+	for id := range orders {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		o := orders[id]
+		checkOrder(&r, id, o, held[id], ship[id])
+	}
+	for oid := range held {
+		if orders[oid] == nil {
+			r.problem("stock holds reservations of unknown order %s", oid)
+		}
+	}
+	for oid := range ship {
+		if orders[oid] == nil {
+			r.problem("shipping knows unknown order %s", oid)
+		}
+	}
+
+	for _, c := range []struct {
+		name  string
+		pool  *pgxpool.Pool
+		count *int
+	}{{"stock", d.Stock, &r.StockProcessed}, {"shipping", d.Shipping, &r.ShippingProcessed}} {
+		if err := checkKeys(ctx, &r, c.name, c.pool, events, c.count); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// reservationsQuery lists the reservation rows stock holds, one row per
+// reserved line: order id, product id, quantity with trailing zeros trimmed.
+const reservationsQuery = `SELECT order_id::text, product_id::text, trim_scale(quantity)::text FROM reservation`
+
+func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shipState) {
+	switch o.status {
+	case "draft":
+		if o.events > 0 {
+			r.problem("draft order %s has %d outbox events", id, o.events)
+		}
+		if len(held) > 0 {
+			r.problem("draft order %s holds reservations %v", id, held)
+		}
+	case "placed":
+		for pid, qty := range o.lines {
+			got := held[pid]
+			switch {
+			case len(got) == 0:
+				r.problem("placed order %s: line %s (%s) is not reserved", id, pid, qty)
+			case len(got) > 1:
+				r.DoubleReserved++
+				r.problem("placed order %s: line %s reserved %d times %v", id, pid, len(got), got)
+			case got[0] != qty:
+				r.problem("placed order %s: line %s reserved %s, ordered %s", id, pid, got[0], qty)
+			}
+		}
+		for pid, got := range held {
+			if _, ok := o.lines[pid]; !ok {
+				r.problem("placed order %s: product %s reserved %v but not ordered", id, pid, got)
+			}
+		}
+	case "cancelled":
+		if len(held) > 0 {
+			r.problem("cancelled order %s still holds reservations %v", id, held)
+		}
+	default:
+		r.problem("order %s has unknown status %q", id, o.status)
+	}
+
+	if o.events == 0 {
+		if s != nil {
+			r.problem("order %s has no event but shipping knows it (%s v%d)", id, s.status, s.version)
+		}
+		return
+	}
+	if s == nil {
+		r.problem("order %s (%s v%d) is unknown to shipping", id, o.status, o.version)
+		return
+	}
+	if s.status != o.status || s.version != o.version {
+		r.problem("order %s is %s v%d but shipping has %s v%d", id, o.status, o.version, s.status, s.version)
+	}
+	want := map[string]string{"placed": "ready", "cancelled": "cancelled"}[o.status]
+	if want != "" && s.shipment != want {
+		r.problem("order %s is %s but its shipment is %q, want %q", id, o.status, s.shipment, want)
+	}
+}
+
+// checkKeys compares a consumer's processed_event keys with the outbox events.
+func checkKeys(ctx context.Context, r *Report, name string, pool *pgxpool.Pool, events map[string]bool, count *int) error {
+	rows, err := pool.Query(ctx, `SELECT event_id::text FROM processed_event`)
+	if err != nil {
+		return fmt.Errorf("read %s processed_event: %w", name, err)
+	}
+	keys := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("read %s processed_event: %w", name, err)
+		}
+		keys[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s processed_event: %w", name, err)
+	}
+	*count = len(keys)
+	for id := range events {
+		if !keys[id] {
+			r.Lost++
+			r.problem("event %s never processed by %s", id, name)
+		}
+	}
+	for id := range keys {
+		if !events[id] {
+			r.problem("%s processed event %s that the outbox does not hold", name, id)
+		}
+	}
+	return nil
+}
