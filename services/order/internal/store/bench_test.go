@@ -1,0 +1,80 @@
+package store_test
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/services/order/internal/order"
+	"example.com/shop/services/order/internal/store"
+	"example.com/shop/services/order/migrations"
+)
+
+// benchClients is the number of concurrent clients placing orders.
+const benchClients = 8
+
+// BenchmarkPlace measures place (lock, transition, save, outbox row, commit) with
+// benchClients concurrent clients, each on its own orders. The drafts are created before
+// the timer starts. It reports orders/s.
+func BenchmarkPlace(b *testing.B) {
+	ctx := context.Background()
+	_, dbURL := testkit.NewDatabase(b, migrations.FS)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "16") // one connection per client at least
+	u.RawQuery = q.Encode()
+	pool, err := pg.NewPool(ctx, u.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	s := store.New(pool, outbox.NewWriter(validator(b), contracts.ProducerOrder))
+
+	ids := make([]uuid.UUID, b.N)
+	for i := range ids {
+		o := draft(b)
+		if err := s.Create(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = o.ID()
+	}
+
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, benchClients)
+	b.ResetTimer()
+	for range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(ids)) {
+					return
+				}
+				if err := s.Update(ctx, ids[i], func(o *order.Order) error { return place(o) }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "orders/s")
+}

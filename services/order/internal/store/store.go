@@ -1,0 +1,247 @@
+// Package store keeps orders in PostgreSQL and writes the events their
+// transitions record to the outbox in the same transaction (DESIGN.md rule 1).
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/pg"
+	"example.com/shop/services/order/internal/order"
+)
+
+// ErrIdempotencyKeyReused means an Idempotency-Key was first used with a
+// different request (another customer or other lines).
+var ErrIdempotencyKeyReused = errors.New("idempotency key already used with a different request")
+
+// Store is the order repository. Its methods each run in their own
+// transaction; callers never see a pgx.Tx. A Store is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	outbox *outbox.Writer
+}
+
+// New returns a Store on pool that records events through w.
+func New(pool *pgxpool.Pool, w *outbox.Writer) *Store {
+	return &Store{pool: pool, outbox: w}
+}
+
+// Create inserts a new order and its lines, and writes the events it has
+// recorded, if any, to the outbox, all in one transaction. It returns an error
+// when the order's id already exists or the database fails.
+func (s *Store) Create(ctx context.Context, o *order.Order) error {
+	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := insertOrder(ctx, tx, o); err != nil {
+			return err
+		}
+		return s.writeEvents(ctx, tx, o)
+	})
+	if err != nil {
+		return fmt.Errorf("create order %s: %w", o.ID(), err)
+	}
+	return nil
+}
+
+// CreateIdempotent is Create guarded by an Idempotency-Key. The first call
+// with key creates o and returns it with created = true. A later call with the
+// same key and the same request (same customer, same lines in the same order)
+// creates nothing and returns the order the first call created, as it is now,
+// with created = false; with a different request it returns an error wrapping
+// ErrIdempotencyKeyReused. Concurrent calls with one key create one order: the
+// others wait for the first to commit, then see its order.
+func (s *Store) CreateIdempotent(ctx context.Context, key string, o *order.Order) (result *order.Order, created bool, err error) {
+	hash := requestHash(o)
+	err = pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		// The order row follows in this transaction; the foreign key is checked at commit.
+		tag, err := tx.Exec(ctx,
+			`INSERT INTO order_idempotency (key, request_hash, order_id) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`,
+			key, hash, o.ID())
+		if err != nil {
+			return fmt.Errorf("claim idempotency key: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			if err := insertOrder(ctx, tx, o); err != nil {
+				return err
+			}
+			result, created = o, true
+			return s.writeEvents(ctx, tx, o)
+		}
+		var (
+			stored  []byte
+			orderID uuid.UUID
+		)
+		if err := tx.QueryRow(ctx, `SELECT request_hash, order_id FROM order_idempotency WHERE key = $1`, key).
+			Scan(&stored, &orderID); err != nil {
+			return fmt.Errorf("read idempotency key: %w", err)
+		}
+		if !bytes.Equal(stored, hash) {
+			return ErrIdempotencyKeyReused
+		}
+		result, err = load(ctx, tx, orderID, false)
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create order with idempotency key: %w", err)
+	}
+	return result, created, nil
+}
+
+// requestHash identifies a create request by what it asks for: the customer and the
+// normalised lines, in order.
+func requestHash(o *order.Order) []byte {
+	h := sha256.New()
+	customer := o.CustomerID()
+	h.Write(customer[:])
+	for _, l := range o.Lines() {
+		h.Write(l.ProductID[:])
+		h.Write([]byte(l.Quantity.String()))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
+}
+
+// Get returns the order with id, or an error wrapping order.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
+	var o *order.Order
+	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		o, err = load(ctx, tx, id, false)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// Update changes one order in one transaction: it locks the order row with
+// SELECT ... FOR UPDATE (a concurrent Update of the same order waits until
+// this one commits, then sees its result), loads the lines, calls fn, and when
+// fn returns nil and changed the version, saves status, version and updated_at
+// and writes every event fn's transitions recorded to the outbox through the
+// outbox.Writer, then commits (DESIGN.md rule 1).
+//
+// It returns an error wrapping order.ErrNotFound when no order has id, fn's
+// error when fn fails, and the Writer's error (a *contracts.ValidationError
+// for an envelope that breaks the contract) when an event cannot be written;
+// in every error case the transaction is rolled back and nothing changes.
+// fn must not keep the order after it returns.
+func (s *Store) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
+	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		o, err := load(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		before := o.Version()
+		if err := fn(o); err != nil {
+			return err
+		}
+		if o.Version() == before {
+			return nil
+		}
+		tag, err := tx.Exec(ctx,
+			`UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
+			o.ID(), string(o.Status()), o.Version(), o.UpdatedAt(), before)
+		if err != nil {
+			return fmt.Errorf("save: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			// Cannot happen while the row is locked; refuse rather than lose an update.
+			return fmt.Errorf("save: version %d changed under the row lock", before)
+		}
+		return s.writeEvents(ctx, tx, o)
+	})
+	if err != nil {
+		return fmt.Errorf("update order %s: %w", id, err)
+	}
+	return nil
+}
+
+// writeEvents writes the events o recorded to the outbox, with the order id as
+// correlation id.
+func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
+	for _, e := range o.Events() {
+		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), e.Payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func insertOrder(ctx context.Context, tx pgx.Tx, o *order.Order) error {
+	_, err := tx.Exec(ctx,
+		`INSERT INTO orders (id, customer_id, status, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+		o.ID(), o.CustomerID(), string(o.Status()), o.Version(), o.CreatedAt(), o.UpdatedAt())
+	if err != nil {
+		return fmt.Errorf("insert order: %w", err)
+	}
+	lines := o.Lines()
+	products := make([]uuid.UUID, len(lines))
+	quantities := make([]string, len(lines))
+	for i, l := range lines {
+		products[i], quantities[i] = l.ProductID, l.Quantity.String()
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO order_line (order_id, product_id, quantity, line_no)
+		SELECT $1, l.product_id, l.quantity::numeric, l.n - 1
+		FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS l(product_id, quantity, n)`,
+		o.ID(), products, quantities)
+	if err != nil {
+		return fmt.Errorf("insert order lines: %w", err)
+	}
+	return nil
+}
+
+// load reads one order and its lines in tx, locking the order row until tx
+// ends when forUpdate is set.
+func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.Order, error) {
+	query := `SELECT customer_id, status, version, created_at, updated_at FROM orders WHERE id = $1`
+	if forUpdate {
+		query += ` FOR UPDATE`
+	}
+	var (
+		customerID           uuid.UUID
+		status               string
+		version              int
+		createdAt, updatedAt time.Time
+	)
+	err := tx.QueryRow(ctx, query, id).Scan(&customerID, &status, &version, &createdAt, &updatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, order.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read order: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT product_id, quantity::text FROM order_line WHERE order_id = $1 ORDER BY line_no`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read order lines: %w", err)
+	}
+	var lines []order.Line
+	for rows.Next() {
+		var (
+			productID uuid.UUID
+			text      string
+		)
+		if err := rows.Scan(&productID, &text); err != nil {
+			return nil, fmt.Errorf("read order lines: %w", err)
+		}
+		q, err := order.ParseQuantity(text)
+		if err != nil {
+			return nil, fmt.Errorf("read order lines: stored quantity: %w", err)
+		}
+		lines = append(lines, order.Line{ProductID: productID, Quantity: q})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read order lines: %w", err)
+	}
+	return order.FromDatabase(id, customerID, order.Status(status), version, lines, createdAt, updatedAt)
+}

@@ -1,0 +1,434 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/services/order/internal/order"
+	"example.com/shop/services/order/internal/store"
+	"example.com/shop/services/order/migrations"
+)
+
+func validator(t testing.TB) *contracts.Validator {
+	t.Helper()
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func newStore(t testing.TB, opts ...outbox.WriterOption) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	return store.New(pool, outbox.NewWriter(validator(t), contracts.ProducerOrder, opts...)), pool
+}
+
+func draft(t testing.TB, quantities ...string) *order.Order {
+	t.Helper()
+	if len(quantities) == 0 {
+		quantities = []string{"2", "0.125"}
+	}
+	lines := make([]order.Line, len(quantities))
+	for i, s := range quantities {
+		q, err := order.ParseQuantity(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines[i] = order.Line{ProductID: uuid.New(), Quantity: q}
+	}
+	o, err := order.New(uuid.New(), uuid.New(), lines, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func place(o *order.Order) error  { return o.Place(time.Now()) }
+func cancel(o *order.Order) error { return o.Cancel(time.Now()) }
+
+type outboxRow struct {
+	ID         uuid.UUID
+	EventName  string
+	RoutingKey string
+	Envelope   contracts.Envelope
+}
+
+func outboxRows(t *testing.T, pool *pgxpool.Pool, v *contracts.Validator) []outboxRow {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id, event_name, routing_key, envelope::text FROM outbox ORDER BY occurred_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var (
+			r    outboxRow
+			body string
+		)
+		if err := rows.Scan(&r.ID, &r.EventName, &r.RoutingKey, &body); err != nil {
+			t.Fatal(err)
+		}
+		r.Envelope, err = v.Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("outbox row %s breaks the contract: %v", r.ID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestCreateAndGetRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	o := draft(t, "2", "0.5", "999999999.999")
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got.ID() != o.ID() || got.CustomerID() != o.CustomerID() || got.Status() != order.StatusDraft || got.Version() != 1 ||
+		!got.CreatedAt().Equal(o.CreatedAt()) || !got.UpdatedAt().Equal(o.UpdatedAt()) {
+		t.Errorf("got %s %s %s v%d %s %s", got.ID(), got.CustomerID(), got.Status(), got.Version(), got.CreatedAt(), got.UpdatedAt())
+	}
+	want := o.Lines()
+	lines := got.Lines()
+	if len(lines) != len(want) {
+		t.Fatalf("lines = %d, want %d", len(lines), len(want))
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d = %+v, want %+v", i, lines[i], want[i])
+		}
+	}
+	if rows := outboxRows(t, pool, validator(t)); len(rows) != 0 {
+		t.Errorf("create wrote %d outbox rows, want 0", len(rows))
+	}
+	if _, err := s.Get(ctx, uuid.New()); !errors.Is(err, order.ErrNotFound) {
+		t.Errorf("Get unknown: %v, want ErrNotFound", err)
+	}
+}
+
+func TestPlaceWritesOutboxRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	v := validator(t)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, o.ID(), place); err != nil {
+		t.Fatalf("place: %v", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != order.StatusPlaced || got.Version() != 2 {
+		t.Fatalf("after place: %s v%d", got.Status(), got.Version())
+	}
+	rows := outboxRows(t, pool, v)
+	if len(rows) != 1 {
+		t.Fatalf("outbox rows = %d, want 1", len(rows))
+	}
+	r := rows[0]
+	if r.EventName != contracts.EventOrderPlaced || r.RoutingKey != contracts.EventOrderPlaced || r.ID != r.Envelope.EventID ||
+		r.Envelope.Producer != contracts.ProducerOrder || r.Envelope.CorrelationID != o.ID().String() {
+		t.Errorf("outbox row = %+v", r)
+	}
+	var p contracts.OrderPlaced
+	if err := json.Unmarshal(r.Envelope.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.OrderID != o.ID() || p.CustomerID != o.CustomerID() || p.Version != 2 || len(p.Lines) != 2 ||
+		p.Lines[0].Quantity != "2.000" || p.Lines[1].Quantity != "0.125" {
+		t.Errorf("payload = %+v", p)
+	}
+}
+
+// A transition run outside HTTP (here straight on the store, as a CLI or a test would)
+// emits its event too, and a refused transition or a failing closure writes nothing.
+func TestUpdateRollsBackOnClosureError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := s.Update(ctx, o.ID(), func(o *order.Order) error {
+		if err := place(o); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != order.StatusDraft || got.Version() != 1 {
+		t.Errorf("after failed closure: %s v%d, want draft v1", got.Status(), got.Version())
+	}
+	if rows := outboxRows(t, pool, validator(t)); len(rows) != 0 {
+		t.Errorf("outbox rows = %d, want 0", len(rows))
+	}
+	if err := s.Update(ctx, uuid.New(), place); !errors.Is(err, order.ErrNotFound) {
+		t.Errorf("Update unknown: %v, want ErrNotFound", err)
+	}
+}
+
+func TestSchemaFailureRollsBackPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	corrupt := outbox.WithEnvelopeHook(func(e *contracts.Envelope) {
+		var p map[string]any
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			panic(err)
+		}
+		p["lines"].([]any)[0].(map[string]any)["quantity"] = "2.0000" // four decimals: breaks the schema
+		e.Payload, _ = json.Marshal(p)
+	})
+	s, pool := newStore(t, corrupt)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Update(ctx, o.ID(), place)
+	var verr *contracts.ValidationError
+	if !errors.As(err, &verr) || verr.Field != "payload.lines[0].quantity" {
+		t.Fatalf("err = %v, want a validation error naming payload.lines[0].quantity", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != order.StatusDraft || got.Version() != 1 {
+		t.Errorf("after schema failure: %s v%d, want draft v1", got.Status(), got.Version())
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+func TestCancelAfterPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	v := validator(t)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, o.ID(), place); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, o.ID(), cancel); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if err := s.Update(ctx, o.ID(), cancel); !errors.Is(err, order.ErrAlreadyCancelled) {
+		t.Fatalf("second cancel: %v, want ErrAlreadyCancelled", err)
+	}
+	if err := s.Update(ctx, o.ID(), place); !errors.Is(err, order.ErrNotDraft) {
+		t.Fatalf("place after cancel: %v, want ErrNotDraft", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != order.StatusCancelled || got.Version() != 3 {
+		t.Fatalf("after cancel: %s v%d, want cancelled v3", got.Status(), got.Version())
+	}
+	rows := outboxRows(t, pool, v)
+	if len(rows) != 2 || rows[0].EventName != contracts.EventOrderPlaced || rows[1].EventName != contracts.EventOrderCancelled {
+		t.Fatalf("outbox = %+v, want placed then cancelled", rows)
+	}
+	var p contracts.OrderCancelled
+	if err := json.Unmarshal(rows[1].Envelope.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Version != 3 || p.OrderID != o.ID() {
+		t.Errorf("cancelled payload = %+v, want version 3", p)
+	}
+}
+
+func TestConcurrentPlaceAppliesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	const clients = 8
+	errs := make(chan error, clients)
+	var start sync.WaitGroup
+	start.Add(1)
+	for range clients {
+		go func() {
+			start.Wait()
+			errs <- s.Update(ctx, o.ID(), place)
+		}()
+	}
+	start.Done()
+	ok, refused := 0, 0
+	for range clients {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, order.ErrNotDraft):
+			refused++
+		default:
+			t.Fatalf("place: %v", err)
+		}
+	}
+	if ok != 1 || refused != clients-1 {
+		t.Fatalf("ok = %d, refused = %d; want 1 and %d", ok, refused, clients-1)
+	}
+	if rows := outboxRows(t, pool, validator(t)); len(rows) != 1 {
+		t.Fatalf("outbox rows = %d, want 1", len(rows))
+	}
+}
+
+func TestCreateIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	first := draft(t)
+	got, created, err := s.CreateIdempotent(ctx, "key-1", first)
+	if err != nil || !created || got.ID() != first.ID() {
+		t.Fatalf("first create: %v, created=%v", err, created)
+	}
+	// The retry carries the same request but, being rebuilt by the client, a new order id.
+	retry, err := order.New(uuid.New(), first.CustomerID(), first.Lines(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, created, err = s.CreateIdempotent(ctx, "key-1", retry)
+	if err != nil || created || got.ID() != first.ID() || got.Version() != 1 {
+		t.Fatalf("retry: %v, created=%v, id %s, want the first order %s", err, created, got.ID(), first.ID())
+	}
+	other := draft(t)
+	if _, _, err := s.CreateIdempotent(ctx, "key-1", other); !errors.Is(err, store.ErrIdempotencyKeyReused) {
+		t.Fatalf("reuse with another request: %v, want ErrIdempotencyKeyReused", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+}
+
+func TestCreateIdempotentConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	template := draft(t)
+	const clients = 8
+	type result struct {
+		id      uuid.UUID
+		created bool
+		err     error
+	}
+	results := make(chan result, clients)
+	var start sync.WaitGroup
+	start.Add(1)
+	for range clients {
+		go func() {
+			start.Wait()
+			o, err := order.New(uuid.New(), template.CustomerID(), template.Lines(), time.Now())
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			got, created, err := s.CreateIdempotent(ctx, "same-key", o)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			results <- result{got.ID(), created, nil}
+		}()
+	}
+	start.Done()
+	ids := map[uuid.UUID]bool{}
+	createdCount := 0
+	for range clients {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("CreateIdempotent: %v", r.err)
+		}
+		ids[r.id] = true
+		if r.created {
+			createdCount++
+		}
+	}
+	if len(ids) != 1 || createdCount != 1 {
+		t.Fatalf("distinct orders returned = %d, created = %d; want 1 and 1", len(ids), createdCount)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+}
+
+// The outbox trigger of the migration wakes a listening relay (outbox.NotifyChannel).
+func TestOutboxInsertNotifies(t *testing.T) {
+	t.Parallel()
+	ctx, cancelCtx := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelCtx()
+	pool, url := testkit.NewDatabase(t, migrations.FS)
+	s := store.New(pool, outbox.NewWriter(validator(t), contracts.ProducerOrder))
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, o.ID(), place); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil {
+		t.Fatalf("no notification: %v", err)
+	}
+	if n.Channel != outbox.NotifyChannel {
+		t.Fatalf("channel = %q", n.Channel)
+	}
+}
