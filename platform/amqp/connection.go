@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -242,12 +243,12 @@ func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 			if err == nil {
 				return ch, nil
 			}
-			if !conn.IsClosed() {
+			if !conn.IsClosed() && !brokenConnection(err) {
 				return nil, fmt.Errorf("amqp open channel: %w", err)
 			}
-			// Lost between the check and the open: wait for watch to notice.
+			// The connection is going down: wait for watch to replace it.
 			if err := sleep(ctx, c.done, c.opts.MinBackoff); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("amqp open channel: %w", errors.Join(err, ctx.Err()))
 			}
 			continue
 		}
@@ -259,6 +260,13 @@ func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 			return nil, fmt.Errorf("amqp open channel: %w", ctx.Err())
 		}
 	}
+}
+
+// brokenConnection reports an error from a connection whose socket is gone
+// but whose loss the library has not processed yet.
+func brokenConnection(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, amqp091.ErrClosed) || errors.Is(err, io.EOF) || errors.As(err, &netErr)
 }
 
 // Close closes the connection, stops reconnecting and waits for its

@@ -358,8 +358,12 @@ func TestNoGoroutineLeak(t *testing.T) {
 		publishAll(t, conn, topo.Exchange, messages(20, "leak"))
 		eventually(t, 10*time.Second, "deliveries", func() bool { return rec.count(nil) >= 21 })
 		conn.breakConnection()
-		eventually(t, 10*time.Second, "reconnect", func() bool { return conn.Ready() == nil })
-		publishAll(t, conn, topo.Exchange, messages(5, "leak2"))
+		pub := NewPublisher(conn, topo.Exchange)
+		eventually(t, 10*time.Second, "publish after reconnect", func() bool {
+			_, err := pub.PublishBatch(t.Context(), messages(5, "leak2"), 2*time.Second)
+			return err == nil
+		})
+		_ = pub.Close()
 		eventually(t, 10*time.Second, "deliveries after reconnect", func() bool { return rec.count(nil) >= 26 })
 		stop()
 	}()
