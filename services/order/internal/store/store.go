@@ -134,7 +134,8 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
 // error when fn fails, and the Writer's error (a *contracts.ValidationError
 // for an envelope that breaks the contract) when an event cannot be written;
 // in every error case the transaction is rolled back and nothing changes.
-// fn must not keep the order after it returns.
+// The order fn received reflects what was committed once Update returns nil,
+// so fn may keep it to show the result.
 func (s *Store) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
 	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		o, err := load(ctx, tx, id, true)

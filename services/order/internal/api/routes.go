@@ -1,0 +1,14 @@
+package api
+
+import "github.com/go-chi/chi/v5"
+
+// Routes registers every route of the order API on r (DESIGN.md "HTTP"). The
+// shared middleware (request id, logging, metrics, recovery, body limit) and
+// /healthz, /readyz, /metrics come from httpx.NewRouter; api/openapi.yaml
+// documents each route below, and a test keeps the two in step.
+func (a *API) Routes(r chi.Router) {
+	r.Post("/orders", a.createOrder)
+	r.Get("/orders/{id}", a.getOrder)
+	r.Post("/orders/{id}/place", a.placeOrder)
+	r.Post("/orders/{id}/cancel", a.cancelOrder)
+}

@@ -1,0 +1,104 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"example.com/shop/services/order/internal/order"
+)
+
+// timeFormat writes timestamps in UTC with milliseconds, like the event envelope.
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// errNotUUID is the reason given for a body field that is not a canonical UUID.
+var errNotUUID = errors.New("must be a UUID in its canonical form, such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+
+// createOrderRequest is the body of POST /orders. Values are strings so that
+// each one is checked here and a bad one is reported with its field name.
+type createOrderRequest struct {
+	CustomerID string        `json:"customer_id"`
+	Lines      []lineRequest `json:"lines"`
+}
+
+// lineRequest is one line of createOrderRequest.
+type lineRequest struct {
+	ProductID string `json:"product_id"`
+	Quantity  string `json:"quantity"`
+}
+
+// toOrder checks the request and builds the draft order it asks for. Errors are
+// *order.FieldError values naming the request field at fault.
+func (req createOrderRequest) toOrder(id uuid.UUID, now time.Time) (*order.Order, error) {
+	customerID, err := parseUUID(req.CustomerID)
+	if err != nil {
+		return nil, &order.FieldError{Field: "customer_id", Err: err}
+	}
+	if len(req.Lines) > order.MaxLines {
+		return nil, &order.FieldError{Field: "lines", Err: order.ErrTooManyLines}
+	}
+	lines := make([]order.Line, len(req.Lines))
+	for i, l := range req.Lines {
+		productID, err := parseUUID(l.ProductID)
+		if err != nil {
+			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].product_id", i), Err: err}
+		}
+		if l.Quantity == "" {
+			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].quantity", i), Err: order.ErrRequired}
+		}
+		q, err := order.ParseQuantity(l.Quantity)
+		if err != nil {
+			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].quantity", i), Err: err}
+		}
+		lines[i] = order.Line{ProductID: productID, Quantity: q}
+	}
+	return order.New(id, customerID, lines, now)
+}
+
+// parseUUID accepts only the canonical 36-character form; "" is missing.
+func parseUUID(s string) (uuid.UUID, error) {
+	if s == "" {
+		return uuid.Nil, order.ErrRequired
+	}
+	id, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
+		return uuid.Nil, errNotUUID
+	}
+	return id, nil
+}
+
+// orderResponse is an order as the API shows it (DESIGN.md "HTTP").
+type orderResponse struct {
+	ID         string         `json:"id"`
+	CustomerID string         `json:"customer_id"`
+	Status     string         `json:"status"`
+	Version    int            `json:"version"`
+	Lines      []lineResponse `json:"lines"`
+	CreatedAt  string         `json:"created_at"`
+	UpdatedAt  string         `json:"updated_at"`
+}
+
+// lineResponse is one line of orderResponse; quantity has exactly 3 decimals.
+type lineResponse struct {
+	ProductID string `json:"product_id"`
+	Quantity  string `json:"quantity"`
+}
+
+func toResponse(o *order.Order) orderResponse {
+	lines := o.Lines()
+	out := orderResponse{
+		ID:         o.ID().String(),
+		CustomerID: o.CustomerID().String(),
+		Status:     string(o.Status()),
+		Version:    o.Version(),
+		Lines:      make([]lineResponse, len(lines)),
+		CreatedAt:  o.CreatedAt().UTC().Format(timeFormat),
+		UpdatedAt:  o.UpdatedAt().UTC().Format(timeFormat),
+	}
+	for i, l := range lines {
+		out.Lines[i] = lineResponse{ProductID: l.ProductID.String(), Quantity: l.Quantity.String()}
+	}
+	return out
+}
