@@ -105,8 +105,9 @@ func serve(ctx context.Context, cfg settings, logger *slog.Logger) error {
 	first := <-errc
 	cancel() // one part stopped: stop the other
 	second := <-errc
-	logger.Info("stopped")
-	return errors.Join(first, second)
+	err = errors.Join(first, second)
+	logger.Info("stopped", slog.Any("error", err))
+	return err
 }
 
 // wrap names the part of serve that failed; nil stays nil.
