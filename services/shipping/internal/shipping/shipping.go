@@ -46,9 +46,9 @@ const (
 // Version. Only Version decides which of two changes is newer (DESIGN.md
 // rule 4); event ids and occurred_at never do.
 type StatusChange struct {
-	OrderID uuid.UUID
-	Status  Status
-	Version int
+	OrderID uuid.UUID // the order the event is about
+	Status  Status    // StatusPlaced or StatusCancelled, from the event name
+	Version int       // the order's version after the change (payload version, >= 1)
 }
 
 // Validate returns an error wrapping ErrInvalidChange when c cannot be applied.
@@ -82,16 +82,16 @@ func ShipmentStatusFor(s Status) (ShipmentStatus, error) {
 // OrderStatus is the stored copy of an order's status.
 type OrderStatus struct {
 	OrderID   uuid.UUID
-	Status    Status
-	Version   int
-	UpdatedAt time.Time
+	Status    Status    // the status of the highest version seen
+	Version   int       // the highest version seen (>= 1)
+	UpdatedAt time.Time // when that version was recorded (database clock)
 }
 
 // Shipment is the shipment of one order.
 type Shipment struct {
-	ID        uuid.UUID
-	OrderID   uuid.UUID
-	Status    ShipmentStatus
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	ID        uuid.UUID      // UUID v7, set when the shipment is created
+	OrderID   uuid.UUID      // at most one shipment per order
+	Status    ShipmentStatus // follows the order's winning status
+	CreatedAt time.Time      // database clock
+	UpdatedAt time.Time      // last status change, database clock
 }
