@@ -1,0 +1,214 @@
+package e2e_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"net"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+// TestComposeFile loads docker-compose.yml with compose-go (the library
+// behind `docker compose config`, so the file must be valid compose) and
+// keeps its environment in step with the binaries: every variable given to
+// a shop process is one that some shop binary reads, each process gets the
+// database and broker URLs its subcommand needs (the defaults name
+// localhost, wrong inside the compose network), each subcommand exists, and
+// HTTP_ADDR listens on the port the service publishes.
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root),
+		cli.WithProfiles([]string{"*"}), // the on-demand demo too
+	)
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	project, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+
+	read := map[string]map[string]bool{} // program -> env names its source reads
+	shopNames := map[string]bool{}
+	for prog, dirs := range map[string][]string{
+		"order":    {"services/order", "platform"},
+		"stock":    {"services/stock", "platform"},
+		"shipping": {"services/shipping", "platform"},
+		"demo":     {"e2e/cmd/demo", "e2e/internal"},
+	} {
+		read[prog] = envNamesRead(t, root, dirs...)
+		if prog != "demo" {
+			for n := range read[prog] {
+				shopNames[n] = true
+			}
+		}
+	}
+	for _, prog := range []string{"order", "stock", "shipping"} {
+		for _, must := range []string{strings.ToUpper(prog) + "_DATABASE_URL", "HTTP_ADDR", "LOG_LEVEL"} {
+			if !read[prog][must] {
+				t.Fatalf("the scan of %s's source found no %s among %v: the scan is broken", prog, must, keys(read[prog]))
+			}
+		}
+	}
+
+	subcommands := map[string][]string{
+		"order":    {"serve", "relay", "migrate", "purge-outbox"},
+		"stock":    {"serve", "migrate", "purge-inbox"},
+		"shipping": {"serve", "migrate", "purge-inbox"},
+	}
+	needs := func(prog, sub string) []string {
+		db := strings.ToUpper(prog) + "_DATABASE_URL"
+		if (prog == "order" && sub == "relay") || (prog != "order" && sub == "serve") {
+			return []string{db, "AMQP_URL"}
+		}
+		return []string{db}
+	}
+
+	seen := map[string]bool{}
+	for name, svc := range project.Services {
+		image := svc.Image
+		if strings.HasPrefix(image, "postgres") || strings.HasPrefix(image, "rabbitmq") {
+			continue // a third-party image reads its own variables
+		}
+		cmd := append(append([]string{}, svc.Entrypoint...), svc.Command...)
+		prog, sub := "", ""
+		if len(cmd) > 0 {
+			prog = path.Base(cmd[0])
+		}
+		if len(cmd) > 1 {
+			sub = cmd[1]
+		}
+		switch {
+		case subcommands[prog] != nil:
+			seen[prog+" "+sub] = true
+			if !slices.Contains(subcommands[prog], sub) {
+				t.Errorf("service %s runs %q: %s has no subcommand %q (it has %v)", name, cmd, prog, sub, subcommands[prog])
+			}
+			for k := range svc.Environment {
+				if !shopNames[k] {
+					t.Errorf("service %s sets %s, which no shop binary reads", name, k)
+				}
+			}
+			for _, k := range needs(prog, sub) {
+				if v := svc.Environment[k]; v == nil || *v == "" {
+					t.Errorf("service %s (%s %s) does not set %s; the default names localhost", name, prog, sub, k)
+				}
+			}
+			checkPort(t, name, svc)
+		case strings.Contains(strings.Join(cmd, " "), "e2e/cmd/demo"):
+			seen["demo"] = true
+			for k := range svc.Environment {
+				if !read["demo"][k] && !strings.HasPrefix(k, "GO") {
+					t.Errorf("service %s (the demo) sets %s, which the demo does not read", name, k)
+				}
+			}
+		default:
+			t.Errorf("service %s (image %q) runs %q: not a shop binary this test knows", name, image, cmd)
+		}
+	}
+	for _, want := range []string{"order migrate", "order serve", "order relay", "stock migrate", "stock serve", "shipping migrate", "shipping serve"} {
+		if !seen[want] {
+			t.Errorf("no service runs %q", want)
+		}
+	}
+}
+
+// checkPort checks that a service listening on HTTP_ADDR ":N" publishes N.
+func checkPort(t *testing.T, name string, svc types.ServiceConfig) {
+	t.Helper()
+	addr := svc.Environment["HTTP_ADDR"]
+	if addr == nil || len(svc.Ports) == 0 {
+		return
+	}
+	_, port, err := net.SplitHostPort(*addr)
+	if err != nil {
+		t.Errorf("service %s: HTTP_ADDR %q: %v", name, *addr, err)
+		return
+	}
+	p, _ := strconv.Atoi(port)
+	for _, sp := range svc.Ports {
+		if int(sp.Target) == p {
+			return
+		}
+	}
+	t.Errorf("service %s listens on %s but publishes %v", name, *addr, svc.Ports)
+}
+
+var envName = regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$`)
+
+// envNamesRead returns the environment variable names the non-test Go code
+// under dirs (relative to root) reads: string literals of that shape passed
+// as the first argument of a call (env.String("X", ...), getenv("X")) or
+// assigned to a constant. platform/testkit is left out: no binary uses it.
+func envNamesRead(t *testing.T, root string, dirs ...string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	fset := token.NewFileSet()
+	lit := func(e ast.Expr) {
+		if bl, ok := e.(*ast.BasicLit); ok && bl.Kind == token.STRING {
+			if s, err := strconv.Unquote(bl.Value); err == nil && envName.MatchString(s) {
+				names[s] = true
+			}
+		}
+	}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && (d.Name() == "testkit" || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(fset, p, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.CallExpr:
+					if len(n.Args) > 0 {
+						lit(n.Args[0])
+					}
+				case *ast.ValueSpec:
+					for _, v := range n.Values {
+						lit(v)
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("scan %s: %v", dir, err)
+		}
+	}
+	return names
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
