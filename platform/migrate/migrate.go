@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -35,9 +34,9 @@ func Up(ctx context.Context, databaseURL string, migrations fs.FS) ([]Result, er
 	if err := pg.EnsureDatabase(ctx, databaseURL); err != nil {
 		return nil, err
 	}
-	connCfg, err := pgx.ParseConfig(databaseURL)
+	connCfg, err := pg.ConnConfig(databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
+		return nil, err
 	}
 	db := stdlib.OpenDB(*connCfg)
 	defer db.Close()

@@ -74,9 +74,9 @@ func WithTx(ctx context.Context, db TxBeginner, fn func(tx pgx.Tx) error) (err e
 // CREATE DATABASE race sees SQLSTATE 42P04 (or a unique violation on
 // pg_database) and treats it as success.
 func EnsureDatabase(ctx context.Context, databaseURL string) error {
-	cfg, err := pgx.ParseConfig(databaseURL)
+	cfg, err := ConnConfig(databaseURL)
 	if err != nil {
-		return fmt.Errorf("parse database url: %w", err)
+		return err
 	}
 	name := cfg.Database
 	if name == "" {
@@ -105,4 +105,16 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("create database %q: %w", name, err)
 	}
 	return nil
+}
+
+// ConnConfig parses databaseURL for a single connection. Pool settings that
+// NewPool understands (pool_max_conns, pool_min_conns, ...) are accepted and
+// dropped, so one URL serves the pool, EnsureDatabase and migrations alike.
+// It returns an error when the URL cannot be parsed.
+func ConnConfig(databaseURL string) (*pgx.ConnConfig, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	return cfg.ConnConfig, nil
 }

@@ -140,3 +140,19 @@ func TestNewPoolNamesUnreachableDatabase(t *testing.T) {
 		t.Fatal("NewPool succeeded on a closed port")
 	}
 }
+
+func TestEnsureDatabaseAcceptsPoolSettings(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t) + "&pool_max_conns=3"
+	if err := pg.EnsureDatabase(context.Background(), url); err != nil {
+		t.Fatalf("EnsureDatabase with pool_max_conns: %v", err)
+	}
+	pool, err := pg.NewPool(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if got := pool.Config().MaxConns; got != 3 {
+		t.Fatalf("MaxConns = %d, want 3", got)
+	}
+}
