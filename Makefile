@@ -3,7 +3,7 @@
 # 127.0.0.1:5672 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./services/... ./e2e/...
+PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./e2e/...
 MODULES   := contracts platform services/order services/stock services/shipping e2e
 BINARIES  := order stock shipping
 
@@ -22,7 +22,7 @@ test: lint build
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GO) test -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/...
+	$(GO) test -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/...
 
 ## e2e: the end-to-end suite on the real binaries
 e2e: build

@@ -307,7 +307,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 	default:
 		c.metrics.failures.Inc()
 		level := min(attempt, len(c.cfg.RetryDelays))
-		queue := RetryQueueName(c.cfg.Queue, level)
+		queue := RetryQueueName(c.cfg.Queue, c.cfg.RetryDelays[level-1])
 		if perr := c.retry.publishRaw(ctx, queue, retryCopy(d, c.cfg.AttemptHeader, attempt+1), c.cfg.RetryConfirmTimeout); perr != nil {
 			log.Error("retry publish failed, requeueing", slog.Any("error", err), slog.Any("publish_error", perr))
 			settle(log, "nack", d.Nack(false, true))

@@ -56,13 +56,7 @@ func deleteTopology(t testing.TB, topo Topology) {
 		t.Errorf("cleanup channel: %v", err)
 		return
 	}
-	queues := []string{topo.UnroutableQueue}
-	for _, q := range topo.Queues {
-		queues = append(queues, q.Name, q.DeadLetterQueue)
-		for i := range q.RetryDelays {
-			queues = append(queues, RetryQueueName(q.Name, i+1))
-		}
-	}
+	queues := topo.QueueNames()
 	for _, q := range queues {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			t.Errorf("cleanup delete queue %s: %v", q, err)

@@ -25,7 +25,7 @@ func TestDeclareIsIdempotent(t *testing.T) {
 		_ = ch.Close()
 	}
 	raw := rawChannel(t)
-	for _, q := range []string{topo.Queues[0].Name, topo.Queues[0].DeadLetterQueue, RetryQueueName(topo.Queues[0].Name, 2), topo.UnroutableQueue} {
+	for _, q := range []string{topo.Queues[0].Name, topo.Queues[0].DeadLetterQueue, RetryQueueName(topo.Queues[0].Name, topo.Queues[0].RetryDelays[1]), topo.UnroutableQueue} {
 		if _, err := raw.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
 			t.Fatalf("queue %s missing: %v", q, err)
 		}

@@ -6,7 +6,6 @@ package amqp
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -14,8 +13,8 @@ import (
 	"example.com/shop/contracts"
 )
 
-// DefaultRetryDelays returns the delay of each retry level used by
-// DefaultTopology: 1 s, 5 s and 30 s. A failed delivery waits in the retry
+// DefaultRetryDelays returns the delay of each retry level a consumer uses
+// unless configured otherwise: 1 s, 5 s and 30 s. A failed delivery waits in the retry
 // queue of its level for that long before it returns to its queue.
 func DefaultRetryDelays() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
@@ -48,23 +47,43 @@ type QueueSpec struct {
 	DeadLetterQueue string
 	// RoutingKeys bind Name to Topology.Exchange (topic patterns allowed).
 	RoutingKeys []string
-	// RetryDelays holds one delay per retry level; level n (1-based) is the
-	// queue RetryQueueName(Name, n). Delays are whole milliseconds (>= 1 ms).
+	// RetryDelays holds one delay per retry level (level n, 1-based, is
+	// RetryDelays[n-1]), each a queue RetryQueueName(Name, delay). Delays are
+	// whole milliseconds (>= 1 ms). Only the consuming service declares them;
+	// a producer's view of the queue leaves them empty.
 	RetryDelays []time.Duration
 }
 
-// RetryQueueName returns the name of the retry queue of the given level
-// (1-based) of queue: "<queue>.retry.<level>".
-func RetryQueueName(queue string, level int) string {
-	return queue + ".retry." + strconv.Itoa(level)
+// RetryQueueName names the retry queue that holds messages of queue for
+// delay: "<queue>.retry.<delay>", e.g. "stock.events.retry.5s". Naming it
+// after its delay (its x-message-ttl) means a changed RETRY_DELAYS setting
+// declares new queues instead of failing on the old ones' arguments; an old
+// retry queue drains into its main queue and can then be deleted.
+func RetryQueueName(queue string, delay time.Duration) string {
+	return queue + ".retry." + delay.String()
+}
+
+// QueueNames lists every queue t declares: the unroutable queue, then for
+// each consumer queue its main queue, dead-letter queue and retry queues.
+func (t Topology) QueueNames() []string {
+	names := []string{t.UnroutableQueue}
+	for _, q := range t.Queues {
+		names = append(names, q.Name, q.DeadLetterQueue)
+		for _, d := range q.RetryDelays {
+			names = append(names, RetryQueueName(q.Name, d))
+		}
+	}
+	return names
 }
 
 // DefaultTopology returns the topology of the shop (DESIGN.md,
 // "Messaging"), named by the contracts constants: the topic exchange app.events with its alternate exchange
 // and unroutable queue, the dead-letter exchange, and the stock.events and
 // shipping.events quorum queues, each bound to order.order.placed.v1 and
-// order.order.cancelled.v1, with their dead-letter queues and
-// DefaultRetryDelays retry levels.
+// order.order.cancelled.v1, with their dead-letter queues. It is the
+// producer's view (the relay declares it, so no event published before a
+// consumer first starts is routed to the unroutable queue) and has no retry
+// queues: each consuming service adds its own queue's RetryDelays.
 func DefaultTopology() Topology {
 	keys := []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled}
 	return Topology{
@@ -73,8 +92,8 @@ func DefaultTopology() Topology {
 		UnroutableQueue:    contracts.UnroutableQueue,
 		DeadLetterExchange: contracts.DeadLetterExchange,
 		Queues: []QueueSpec{
-			{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
-			{Name: contracts.QueueShipping, DeadLetterQueue: contracts.QueueShippingDLQ, RoutingKeys: keys, RetryDelays: DefaultRetryDelays()},
+			{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: keys},
+			{Name: contracts.QueueShipping, DeadLetterQueue: contracts.QueueShippingDLQ, RoutingKeys: keys},
 		},
 	}
 }
@@ -157,8 +176,8 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 				return err
 			}
 		}
-		for i, d := range q.RetryDelays {
-			if err := declareQueue(ch, RetryQueueName(q.Name, i+1), amqp091.Table{
+		for _, d := range q.RetryDelays {
+			if err := declareQueue(ch, RetryQueueName(q.Name, d), amqp091.Table{
 				"x-message-ttl":             d.Milliseconds(),
 				"x-dead-letter-exchange":    "",
 				"x-dead-letter-routing-key": q.Name,

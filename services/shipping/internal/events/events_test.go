@@ -83,14 +83,7 @@ func testTopology(t *testing.T) amqp.Topology {
 // queueNames lists the queues of topo: the unroutable queue first, then each
 // queue with its dead-letter and retry queues.
 func queueNames(topo amqp.Topology) []string {
-	names := []string{topo.UnroutableQueue}
-	for _, q := range topo.Queues {
-		names = append(names, q.Name, q.DeadLetterQueue)
-		for i := range q.RetryDelays {
-			names = append(names, amqp.RetryQueueName(q.Name, i+1))
-		}
-	}
-	return names
+	return topo.QueueNames()
 }
 
 // rig is the real shipping consumer (amqp runtime + inbox + shipping handlers)
