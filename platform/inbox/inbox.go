@@ -59,6 +59,7 @@ type Inbox struct {
 	validator *contracts.Validator
 	logger    *slog.Logger
 	metrics   *metrics
+	batch     *batcher // nil: one transaction per event
 
 	mu       sync.RWMutex
 	handlers map[string][]Handler
@@ -76,11 +77,13 @@ type Inbox struct {
 // Several Inboxes may share one registry; the collectors are then shared too. A
 // registry that holds other collectors under these names is logged as an error and the
 // Inbox then counts without exporting.
-func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *slog.Logger, reg prometheus.Registerer) *Inbox {
+//
+// Options change how events are committed; see WithGroupCommit.
+func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *slog.Logger, reg prometheus.Registerer, opts ...Option) *Inbox {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Inbox{
+	i := &Inbox{
 		pool:      pool,
 		consumer:  consumer,
 		validator: v,
@@ -88,6 +91,10 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 		metrics:   newMetrics(reg, consumer, logger),
 		handlers:  make(map[string][]Handler),
 	}
+	for _, opt := range opts {
+		opt(i)
+	}
+	return i
 }
 
 // Consumer returns the consumer name the Inbox records its keys under.
@@ -139,6 +146,14 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 		return false, fmt.Errorf("inbox %s: event %s (%s): %w", i.consumer, env.EventID, env.EventName, ErrNoHandler)
 	}
 
+	if i.batch != nil {
+		return i.batch.submit(ctx, env, handlers)
+	}
+	return i.processOne(ctx, env, handlers)
+}
+
+// processOne handles env in a transaction of its own.
+func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, handlers []Handler) (duplicate bool, err error) {
 	start := time.Now()
 	err = pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, insertKey, i.consumer, env.EventID)
@@ -149,21 +164,32 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 			duplicate = true
 			return nil
 		}
-		for n, h := range handlers {
-			if err := h(ctx, tx, env); err != nil {
-				return fmt.Errorf("handler %d of %s: %w", n+1, env.EventName, err)
-			}
-		}
-		return nil
+		return runHandlers(ctx, tx, env, handlers)
 	})
-	i.metrics.duration.Observe(time.Since(start).Seconds())
-	if err != nil {
+	return i.record(env, duplicate, err, time.Since(start))
+}
+
+// runHandlers runs every handler of env in tx, stopping at the first error.
+func runHandlers(ctx context.Context, tx pgx.Tx, env contracts.Envelope, handlers []Handler) error {
+	for n, h := range handlers {
+		if err := h(ctx, tx, env); err != nil {
+			return fmt.Errorf("handler %d of %s: %w", n+1, env.EventName, err)
+		}
+	}
+	return nil
+}
+
+// record counts the outcome of one event whose transaction took d and returns it, the
+// error wrapped with the consumer and event id.
+func (i *Inbox) record(env contracts.Envelope, duplicate bool, err error, d time.Duration) (bool, error) {
+	i.metrics.duration.Observe(d.Seconds())
+	switch {
+	case err != nil:
 		i.metrics.failed.Inc()
 		return false, fmt.Errorf("inbox %s: event %s: %w", i.consumer, env.EventID, err)
-	}
-	if duplicate {
+	case duplicate:
 		i.metrics.duplicates.Inc()
-	} else {
+	default:
 		i.metrics.processed.Inc()
 	}
 	return duplicate, nil

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"testing"
 
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/inbox/inboxtest"
 )
 
@@ -18,4 +19,13 @@ func TestInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	inboxtest.Run(t, migrations)
+}
+
+func TestInboxWithGroupCommit(t *testing.T) {
+	t.Parallel()
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.Run(t, migrations, inbox.WithGroupCommit(8, 2))
 }

@@ -29,8 +29,9 @@ const effectTable = `CREATE TABLE inboxtest_effect (
 )`
 
 // Run runs the inbox suite, each case in parallel on a fresh database migrated with
-// migrations (which must create processed_event as package inbox documents).
-func Run(t *testing.T, migrations fs.FS) {
+// migrations (which must create processed_event as package inbox documents), with
+// every Inbox built with opts.
+func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 	t.Helper()
 	cases := []struct {
 		name string
@@ -42,6 +43,7 @@ func Run(t *testing.T, migrations fs.FS) {
 		{"ConcurrentDuplicateWaitsThenSkips", testConcurrentCommit},
 		{"ConcurrentDuplicateWaitsThenProcessesAfterRollback", testConcurrentRollback},
 		{"RacingDuplicatesHaveOneEffectEach", testRacing},
+		{"OneFailingEventAmongConcurrentOnesFailsAlone", testFailingAmongMany},
 		{"ConsumersAreIndependent", testConsumers},
 		{"UnprocessableEventTouchesNothing", testUnprocessable},
 		{"PurgeDeletesOnlyOldKeysOfTheConsumer", testPurge},
@@ -57,7 +59,7 @@ func Run(t *testing.T, migrations fs.FS) {
 			if err != nil {
 				t.Fatalf("validator: %v", err)
 			}
-			c.fn(t, &suite{pool: pool, validator: validator, ctx: testkit.Context(t)})
+			c.fn(t, &suite{pool: pool, validator: validator, ctx: testkit.Context(t), opts: opts})
 		})
 	}
 }
@@ -66,10 +68,11 @@ type suite struct {
 	pool      *pgxpool.Pool
 	validator *contracts.Validator
 	ctx       context.Context
+	opts      []inbox.Option
 }
 
 func (s *suite) inbox(consumer string, reg prometheus.Registerer) *inbox.Inbox {
-	return inbox.New(s.pool, consumer, s.validator, nil, reg)
+	return inbox.New(s.pool, consumer, s.validator, nil, reg, s.opts...)
 }
 
 // effect is a Handler that records one effect row tagged n.
@@ -319,6 +322,45 @@ func testRacing(t *testing.T, s *suite) {
 	}
 	if got := s.count(t, `SELECT count(DISTINCT event_id) FROM inboxtest_effect`); got != events {
 		t.Errorf("distinct events with an effect = %d, want %d", got, events)
+	}
+}
+
+func testFailingAmongMany(t *testing.T, s *suite) {
+	const events = 24
+	boom := errors.New("boom")
+	envs := make([]contracts.Envelope, events)
+	for n := range envs {
+		envs[n] = envelope(t)
+	}
+	bad := envs[events/2].EventID
+	ib := s.inbox("c", nil)
+	ib.Register(contracts.EventOrderPlaced, effect(1))
+	ib.Register(contracts.EventOrderPlaced, func(_ context.Context, _ pgx.Tx, env contracts.Envelope) error {
+		if env.EventID == bad {
+			return boom
+		}
+		return nil
+	})
+	errs := make([]error, events)
+	var wg sync.WaitGroup
+	for n := range envs {
+		wg.Go(func() { _, errs[n] = ib.Process(s.ctx, envs[n]) })
+	}
+	wg.Wait()
+	for n, err := range errs {
+		if envs[n].EventID == bad {
+			if !errors.Is(err, boom) {
+				t.Errorf("failing event: err = %v, want boom", err)
+			}
+		} else if err != nil {
+			t.Errorf("event %d: %v", n, err)
+		}
+	}
+	if k, e := s.count(t, `SELECT count(*) FROM processed_event`), s.count(t, `SELECT count(*) FROM inboxtest_effect`); k != events-1 || e != events-1 {
+		t.Errorf("keys = %d, effects = %d; want %d each", k, e, events-1)
+	}
+	if k, e := s.keys(t, "c", bad), s.effects(t, bad); k != 0 || e != 0 {
+		t.Errorf("failing event: keys = %d, effects = %d; want 0, 0", k, e)
 	}
 }
 
