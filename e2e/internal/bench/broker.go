@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
+)
+
+// measureBroker measures the raw broker limit: persistent, mandatory
+// publishes of real envelopes to app.events, which routes each one to both
+// quorum queues of the default topology, with a window of BrokerBatch
+// unconfirmed messages per publisher. No database is involved. It runs once
+// with one publisher and once with BrokerPublishers publishers (one
+// connection each), each in a fresh vhost; the better rate is the ceiling.
+func (e *env) measureBroker(ctx context.Context) error {
+	s := e.cfg.Sizes
+	msgs, err := placedMessages(s.BrokerMessages)
+	if err != nil {
+		return err
+	}
+	best := 0.0
+	for _, run := range []struct {
+		name, vhost string
+		publishers  int
+	}{
+		{"broker_1_publisher", "broker-1", 1},
+		{brokerMultiName(s), "broker-n", s.BrokerPublishers},
+	} {
+		u, err := e.vhostURL(run.vhost)
+		if err != nil {
+			return err
+		}
+		rate, err := e.publishAll(ctx, u, msgs, run.publishers, s.BrokerBatch)
+		if err2 := emptyVhost(u); err2 != nil {
+			e.progress("   %v", err2)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", run.name, err)
+		}
+		e.results.set(run.name, rate, fmt.Sprintf("%d msgs, %d publisher(s), confirm window %d each", len(msgs), run.publishers, s.BrokerBatch))
+		e.progress("   %-28s %10.0f msgs/s", run.name, rate)
+		best = max(best, rate)
+	}
+	e.results.set("broker_ceiling", best, "best of the broker runs")
+	return nil
+}
+
+// publishAll publishes msgs split over n publishers, each on its own
+// connection, in PublishBatch calls of batch messages, and returns the
+// confirmed messages per second.
+func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Message, n, batch int) (float64, error) {
+	conns := make([]*amqp.Connection, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	pubs := make([]*amqp.Publisher, n)
+	for i := range conns {
+		c, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+		if err != nil {
+			return 0, err
+		}
+		conns[i] = c
+		pubs[i] = amqp.NewPublisher(c, contracts.Exchange)
+		// Open the channel before the clock starts.
+		if err := pubs[i].PublishOne(ctx, msgs[i], 10*time.Second); err != nil {
+			return 0, fmt.Errorf("warm-up publish: %w", err)
+		}
+	}
+	per := (len(msgs) + n - 1) / n
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := time.Now()
+	for i, p := range pubs {
+		part := msgs[min(i*per, len(msgs)):min((i+1)*per, len(msgs))]
+		wg.Go(func() {
+			for off := 0; off < len(part); off += batch {
+				chunk := part[off:min(off+batch, len(part))]
+				if _, err := p.PublishBatch(ctx, chunk, 30*time.Second); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return float64(len(msgs)) / elapsed.Seconds(), nil
+}

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/pg"
+)
+
+// measureConsumer measures, for DefaultWorkers and then TunedWorkers: the
+// raw database limit with that many workers, then the real stock consumer
+// (bin/stock serve with STOCK_WORKERS set) draining ConsumerEvents placed
+// events, each on a fresh stock database and the consumer on a fresh vhost.
+func (e *env) measureConsumer(ctx context.Context) error {
+	s := e.cfg.Sizes
+	for _, run := range []struct {
+		workers int
+		vhost   string
+	}{{s.DefaultWorkers, "consumer-default"}, {s.TunedWorkers, "consumer-tuned"}} {
+		dbURL, err := e.cloneDatabase(ctx, tplStock, "rawdb-w"+strconv.Itoa(run.workers))
+		if err != nil {
+			return err
+		}
+		rate, err := rawDBRate(ctx, dbURL, run.workers, s.DBDuration)
+		if err != nil {
+			return fmt.Errorf("raw database, %d workers: %w", run.workers, err)
+		}
+		name := rawDBName(run.workers)
+		e.results.set(name, rate, fmt.Sprintf("%d workers for %s: key insert + one reservation insert per transaction", run.workers, s.DBDuration))
+		e.progress("   %-28s %10.0f tx/s", name, rate)
+
+		dbURL, err = e.cloneDatabase(ctx, tplStock, "consumer-w"+strconv.Itoa(run.workers))
+		if err != nil {
+			return err
+		}
+		amqpURL, err := e.vhostURL(run.vhost)
+		if err != nil {
+			return err
+		}
+		rate, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents)
+		if err2 := emptyVhost(amqpURL); err2 != nil {
+			e.progress("   %v", err2)
+		}
+		if err != nil {
+			return fmt.Errorf("stock consumer, %d workers: %w", run.workers, err)
+		}
+		name = consumerName(run.workers)
+		e.results.set(name, rate, fmt.Sprintf("bin/stock, STOCK_WORKERS=%d, %d queued placed events of one line", run.workers, s.ConsumerEvents))
+		e.progress("   %-28s %10.0f events/s", name, rate)
+	}
+	return nil
+}
+
+// rawDBRate runs workers goroutines for d, each repeating the bare minimum
+// of a consumer's transaction on the stock schema: BEGIN, insert a
+// processed_event key, insert one reservation row, COMMIT. It returns
+// transactions per second.
+func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) (float64, error) {
+	dbURL, err := withParam(dbURL, "pool_max_conns", strconv.Itoa(workers))
+	if err != nil {
+		return 0, err
+	}
+	pool, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	var wg sync.WaitGroup
+	counts := make([]int, workers)
+	errs := make([]error, workers)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				if err := rawTx(ctx, pool); err != nil {
+					errs[w] = err
+					return
+				}
+				counts[w]++
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return float64(total) / elapsed.Seconds(), nil
+}
+
+func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	resID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	return pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, event_id, processed_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING`,
+			stockConsumer, eventID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO reservation (id, order_id, line_no, product_id, quantity) VALUES ($1, $2, 1, $3, 2.000)`,
+			resID, uuid.New(), uuid.New())
+		return err
+	})
+}
+
+// runStock queues n placed events (one line each) on stock.events of the
+// vhost at amqpURL, then starts bin/stock serve with STOCK_WORKERS=workers
+// on the database at dbURL and waits until it has processed all of them.
+// The rate is taken from the processed_at times of the new processed_event
+// keys, (n-1) / (last - first), so the process's start-up does not count.
+func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int) (float64, error) {
+	if err := queueStockEvents(ctx, amqpURL, n, e); err != nil {
+		return 0, err
+	}
+	pool, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	var since time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		return 0, err
+	}
+	addr, err := system.FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	p := &system.Process{
+		Name: "stock",
+		Bin:  filepath.Join(e.cfg.BinDir, "stock"),
+		Args: []string{"serve"},
+		Env: []string{
+			"STOCK_DATABASE_URL=" + dbURL,
+			"AMQP_URL=" + amqpURL,
+			"HTTP_ADDR=" + addr,
+			"STOCK_WORKERS=" + strconv.Itoa(workers),
+			"LOG_LEVEL=warn",
+		},
+		Addr: addr,
+	}
+	if err := p.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = p.Stop(10 * time.Second) }()
+
+	// Generous: a consumer slower than 50 events/s is broken, not slow.
+	deadline := time.Now().Add(time.Duration(n/50+30) * time.Second)
+	for {
+		var done int
+		var first, last *time.Time
+		if err := pool.QueryRow(ctx, `SELECT count(*), min(processed_at), max(processed_at)
+FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last); err != nil {
+			return 0, err
+		}
+		if done >= n {
+			span := last.Sub(*first)
+			if span <= 0 {
+				return 0, fmt.Errorf("%d events processed in no time", done)
+			}
+			reserved, err := count(ctx, pool, `SELECT count(*) FROM reservation WHERE created_at >= $1`, since)
+			if err != nil {
+				return 0, err
+			}
+			if reserved != n {
+				return 0, fmt.Errorf("%d reservations for %d events", reserved, n)
+			}
+			return float64(done-1) / span.Seconds(), nil
+		}
+		if !p.Running() {
+			return 0, fmt.Errorf("bin/stock exited after %d of %d events:\n%s", done, n, p.Output())
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("bin/stock processed %d of %d events before the deadline:\n%s", done, n, p.Output())
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// queueStockEvents publishes n placed events straight to the stock.events
+// queue (through the default exchange), with confirms, after declaring the
+// default topology.
+func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env) error {
+	msgs, err := placedMessages(n)
+	if err != nil {
+		return err
+	}
+	conn, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	pub := amqp.NewPublisher(conn, "")
+	defer func() { _ = pub.Close() }()
+	for i := range msgs {
+		msgs[i].RoutingKey = contracts.QueueStock
+	}
+	for off := 0; off < len(msgs); off += 1000 {
+		if _, err := pub.PublishBatch(ctx, msgs[off:min(off+1000, len(msgs))], 30*time.Second); err != nil {
+			return fmt.Errorf("queue placed events: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/pg"
+)
+
+// measureGrowth measures whether table size hurts. On one order database
+// it grows the outbox to each of GrowthRows published rows (INSERT ...
+// SELECT generate_series, then VACUUM ANALYZE and CHECKPOINT), adds
+// GrowthRelayRows unpublished rows and drains them with the pipelined
+// relay. On one stock database it grows processed_event the same way and
+// drains GrowthConsumerEvents placed events with bin/stock at the default
+// worker count. Each run gets a fresh vhost. At the largest size it also
+// records the size on disk of processed_event (table, indexes and TOAST)
+// per million rows.
+func (e *env) measureGrowth(ctx context.Context) error {
+	if err := e.growRelay(ctx); err != nil {
+		return err
+	}
+	return e.growConsumer(ctx)
+}
+
+func (e *env) growRelay(ctx context.Context) error {
+	s := e.cfg.Sizes
+	dbURL, err := e.cloneDatabase(ctx, tplOrder, "growth-relay")
+	if err != nil {
+		return err
+	}
+	pool, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	for i, rows := range s.GrowthRows {
+		have, err := count(ctx, pool, `SELECT count(*) FROM outbox`)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := fillOutbox(ctx, pool, old.Add(time.Duration(have)*time.Millisecond), rows-have, true); err != nil {
+			return err
+		}
+		if err := settle(ctx, pool, "outbox"); err != nil {
+			return err
+		}
+		if err := fillOutbox(ctx, pool, time.Now().Add(-time.Hour), s.GrowthRelayRows, false); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, `ANALYZE outbox`); err != nil {
+			return err
+		}
+		e.progress("   outbox grown to %d published rows in %s", rows, time.Since(start).Round(100*time.Millisecond))
+		amqpURL, err := e.vhostURL(fmt.Sprintf("growth-relay-%d", i))
+		if err != nil {
+			return err
+		}
+		rate, published, err := e.runRelay(ctx, dbURL, amqpURL, outbox.Pipelined, 0)
+		if err2 := emptyVhost(amqpURL); err2 != nil {
+			e.progress("   %v", err2)
+		}
+		if err != nil {
+			return fmt.Errorf("relay at %d rows: %w", rows, err)
+		}
+		name := growthRelayName(rows)
+		e.results.set(name, rate, fmt.Sprintf("pipelined relay, %d new rows over %d published rows", published, rows))
+		e.progress("   %-28s %10.0f events/s", name, rate)
+	}
+	return nil
+}
+
+func (e *env) growConsumer(ctx context.Context) error {
+	s := e.cfg.Sizes
+	dbURL, err := e.cloneDatabase(ctx, tplStock, "growth-consumer")
+	if err != nil {
+		return err
+	}
+	pool, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	last := s.GrowthRows[len(s.GrowthRows)-1]
+	for i, rows := range s.GrowthRows {
+		have, err := count(ctx, pool, `SELECT count(*) FROM processed_event`)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := fillProcessedEvents(ctx, pool, old.Add(time.Duration(have)*time.Millisecond), rows-have); err != nil {
+			return err
+		}
+		if err := settle(ctx, pool, "processed_event"); err != nil {
+			return err
+		}
+		e.progress("   processed_event grown to %d rows in %s", rows, time.Since(start).Round(100*time.Millisecond))
+		if rows == last {
+			var size int64
+			if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('processed_event')`).Scan(&size); err != nil {
+				return err
+			}
+			perMillion := float64(size) / float64(rows) * 1e6 / (1 << 20)
+			e.results.set("processed_event_mib_per_1m", perMillion,
+				fmt.Sprintf("pg_total_relation_size at %d rows, scaled to 1M", rows))
+			e.progress("   %-28s %10.1f MiB", "processed_event_mib_per_1m", perMillion)
+		}
+		amqpURL, err := e.vhostURL(fmt.Sprintf("growth-consumer-%d", i))
+		if err != nil {
+			return err
+		}
+		rate, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents)
+		if err2 := emptyVhost(amqpURL); err2 != nil {
+			e.progress("   %v", err2)
+		}
+		if err != nil {
+			return fmt.Errorf("consumer at %d rows: %w", rows, err)
+		}
+		name := growthConsumerName(rows)
+		e.results.set(name, rate, fmt.Sprintf("bin/stock, STOCK_WORKERS=%d, %d events over %d processed_event rows", s.DefaultWorkers, s.GrowthConsumerEvents, rows))
+		e.progress("   %-28s %10.0f events/s", name, rate)
+	}
+	return nil
+}

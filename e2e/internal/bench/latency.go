@@ -1,0 +1,345 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"example.com/shop/e2e/internal/system"
+)
+
+// Names of the bench-only trigger that reports committed reservations.
+const (
+	reservedChannel = "bench_reserved"
+	reservedTrigger = `CREATE FUNCTION bench_reserved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('` + reservedChannel + `', NEW.order_id::text);
+	RETURN NULL;
+END;
+$$;
+CREATE TRIGGER bench_reserved AFTER INSERT ON reservation FOR EACH ROW EXECUTE FUNCTION bench_reserved();`
+)
+
+// warmupOrders are placed and awaited before the measured placements.
+const warmupOrders = 20
+
+// measureLatency runs the whole system (bin/order serve and relay,
+// bin/stock, bin/shipping through e2e/internal/system) twice on fresh
+// databases and vhosts: once as shipped (the relay wakes on NOTIFY) and
+// once with polling only (the outbox trigger dropped, RELAY_POLL_INTERVAL=1s).
+// Each time it places orders at LatencyRate per second for LatencyDuration
+// and records, per order, the time from sending POST /orders/{id}/place to
+// the commit of its reservation in the stock database.
+func (e *env) measureLatency(ctx context.Context) error {
+	for _, notify := range []bool{true, false} {
+		prefix, vhost := "latency_notify_", "latency-notify"
+		if !notify {
+			prefix, vhost = "latency_poll_", "latency-poll"
+		}
+		lat, err := e.runLatency(ctx, vhost, notify)
+		if err != nil {
+			return fmt.Errorf("%s: %w", vhost, err)
+		}
+		s := e.cfg.Sizes
+		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(lat), s.LatencyRate)
+		for _, p := range []struct {
+			name string
+			q    float64
+		}{{"p50", 0.50}, {"p95", 0.95}, {"p99", 0.99}} {
+			v := percentile(lat, p.q)
+			e.results.set(prefix+p.name, v, note)
+			e.progress("   %-28s %10.1f ms", prefix+p.name, v)
+		}
+	}
+	return nil
+}
+
+// percentile returns the nearest-rank q-quantile of sorted, in ms.
+func percentile(sorted []time.Duration, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// runLatency runs one latency measurement and returns the sorted
+// latencies of the measured orders.
+func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time.Duration, error) {
+	s := e.cfg.Sizes
+	orderURL, err := e.cloneDatabase(ctx, tplOrder, vhost+"-order")
+	if err != nil {
+		return nil, err
+	}
+	stockURL, err := e.cloneDatabase(ctx, tplStock, vhost+"-stock")
+	if err != nil {
+		return nil, err
+	}
+	shipURL, err := e.cloneDatabase(ctx, tplShipping, vhost+"-shipping")
+	if err != nil {
+		return nil, err
+	}
+	amqpURL, err := e.vhostURL(vhost)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := emptyVhost(amqpURL); err != nil {
+			e.progress("   %v", err)
+		}
+	}()
+	if !notify {
+		if err := execSQL(ctx, orderURL, `DROP TRIGGER outbox_inserted ON outbox`); err != nil {
+			return nil, fmt.Errorf("disable NOTIFY: %w", err)
+		}
+	}
+	if err := execSQL(ctx, stockURL, reservedTrigger); err != nil {
+		return nil, fmt.Errorf("reservation trigger: %w", err)
+	}
+	listener, err := pgx.Connect(ctx, stockURL)
+	if err != nil {
+		return nil, err
+	}
+	defer listener.Close(context.WithoutCancel(ctx))
+	if _, err := listener.Exec(ctx, "LISTEN "+reservedChannel); err != nil {
+		return nil, err
+	}
+
+	sys, err := system.New(system.Config{
+		BinDir:        e.cfg.BinDir,
+		OrderDBURL:    orderURL,
+		StockDBURL:    stockURL,
+		ShippingDBURL: shipURL,
+		AMQPURL:       amqpURL,
+		Env:           []string{"LOG_LEVEL=warn"},
+		ProcessEnv:    map[string][]string{"relay": {"RELAY_POLL_INTERVAL=1s"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sys.Start(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	defer func() { _ = sys.Stop() }()
+
+	w := newWatcher()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); w.run(wctx, listener) }()
+	defer func() { stopWatch(); <-watchDone }()
+
+	c := newOrderClient(sys.OrderAPI.Addr)
+	n := int(float64(s.LatencyRate) * s.LatencyDuration.Seconds())
+	ids, err := c.createMany(ctx, warmupOrders+n, 8)
+	if err != nil {
+		return nil, err
+	}
+	// Warm up every connection pool on the way, one order at a time.
+	for _, id := range ids[:warmupOrders] {
+		if err := c.place(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.waitFor(ctx, ids[:warmupOrders], 30*time.Second); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+
+	measured := ids[warmupOrders:]
+	sent := make([]time.Time, len(measured))
+	errs := make(chan error, len(measured))
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(s.LatencyRate)
+	start := time.Now()
+	for i, id := range measured {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		wg.Go(func() {
+			sent[i] = time.Now()
+			if err := c.place(ctx, id); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return nil, err
+	}
+	if err := w.waitFor(ctx, measured, 60*time.Second); err != nil {
+		return nil, err
+	}
+	lat := make([]time.Duration, len(measured))
+	for i, id := range measured {
+		lat[i] = w.at(id).Sub(sent[i])
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+func execSQL(ctx context.Context, dbURL, sql string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// watcher records when each order's reservation was committed, from the
+// notifications of the bench trigger.
+type watcher struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func newWatcher() *watcher { return &watcher{seen: map[string]time.Time{}} }
+
+func (w *watcher) run(ctx context.Context, conn *pgx.Conn) {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		if _, ok := w.seen[n.Payload]; !ok {
+			w.seen[n.Payload] = now
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *watcher) at(id string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[id]
+}
+
+// waitFor waits until every order in ids has a reservation.
+func (w *watcher) waitFor(ctx context.Context, ids []string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		missing := 0
+		w.mu.Lock()
+		for _, id := range ids {
+			if _, ok := w.seen[id]; !ok {
+				missing++
+			}
+		}
+		w.mu.Unlock()
+		if missing == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d orders have no reservation after %s", missing, len(ids), limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// orderClient calls the order API with enough idle connections for the
+// bench's concurrency, so connection set-up does not add to the latency.
+type orderClient struct {
+	addr string
+	http *http.Client
+}
+
+func newOrderClient(addr string) *orderClient {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 256
+	return &orderClient{addr: addr, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// createMany creates n draft orders of one line with the given number of
+// concurrent clients and returns their ids.
+func (c *orderClient) createMany(ctx context.Context, n, clients int) ([]string, error) {
+	ids := make([]string, n)
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for k := range clients {
+		wg.Go(func() {
+			for i := k; i < n; i += clients {
+				id, err := c.create(ctx)
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				ids[i] = id
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func (c *orderClient) create(ctx context.Context) (string, error) {
+	body, _ := json.Marshal(map[string]any{
+		"customer_id": uuid.NewString(),
+		"lines":       []map[string]string{{"product_id": uuid.NewString(), "quantity": "1.000"}},
+	})
+	var o struct {
+		ID string `json:"id"`
+	}
+	status, raw, err := c.do(ctx, "/orders", body)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusCreated {
+		return "", fmt.Errorf("create order: status %d: %s", status, raw)
+	}
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return "", fmt.Errorf("create order: %w", err)
+	}
+	return o.ID, nil
+}
+
+func (c *orderClient) place(ctx context.Context, id string) error {
+	status, raw, err := c.do(ctx, "/orders/"+id+"/place", nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("place order %s: status %d: %s", id, status, raw)
+	}
+	return nil
+}
+
+func (c *orderClient) do(ctx context.Context, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}

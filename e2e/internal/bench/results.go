@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// Result is one measured number, as written to bench/out/latest.json.
+type Result struct {
+	// Name identifies the measurement, e.g. "relay_pipelined".
+	Name string `json:"name"`
+	// Value is the measured number, in Unit.
+	Value float64 `json:"value"`
+	// Unit is "msgs/s", "events/s", "tx/s", "ms", "x" (a factor) or "MiB".
+	Unit string `json:"unit"`
+	// Baseline names the result this one is compared with ("" when none).
+	Baseline string `json:"baseline"`
+	// Ratio is Value divided by the baseline's value; null without a
+	// baseline.
+	Ratio *float64 `json:"ratio"`
+	// Goal is the target from the project's issues, e.g. "ratio >= 0.5"
+	// ("" when none).
+	Goal string `json:"goal,omitempty"`
+	// Met reports whether Goal was reached; absent without a goal.
+	Met *bool `json:"met,omitempty"`
+	// Note says how the number was obtained, in a few words.
+	Note string `json:"note,omitempty"`
+}
+
+// goal is a target on a result's value or on its ratio to the baseline.
+type goal struct {
+	onRatio bool
+	op      string // ">=" or "<"
+	target  float64
+}
+
+func (g goal) String() string {
+	what := "value"
+	if g.onRatio {
+		what = "ratio"
+	}
+	return fmt.Sprintf("%s %s %s", what, g.op, strconv.FormatFloat(g.target, 'f', -1, 64))
+}
+
+func (g goal) met(value float64, ratio *float64) *bool {
+	v := value
+	if g.onRatio {
+		if ratio == nil {
+			return nil
+		}
+		v = *ratio
+	}
+	ok := v >= g.target
+	if g.op == "<" {
+		ok = v < g.target
+	}
+	return &ok
+}
+
+// spec describes one measurement: its name, unit, baseline, goal and the
+// chart panel it is drawn in ("" for none).
+type spec struct {
+	name, unit, baseline string
+	goal                 *goal
+	panel                string
+	label                string // bar label in the chart
+}
+
+// Chart panels.
+const (
+	panelThroughput = "Throughput (per second, higher is better)"
+	panelGrowth     = "Throughput as the tables grow (per second)"
+	panelNotify     = "Place -> reservation visible, LISTEN/NOTIFY wake-up (ms)"
+	panelPoll       = "Place -> reservation visible, polling every 1 s (ms)"
+)
+
+func brokerMultiName(s Sizes) string  { return fmt.Sprintf("broker_%d_publishers", s.BrokerPublishers) }
+func rawDBName(workers int) string    { return fmt.Sprintf("db_raw_tx_w%d", workers) }
+func consumerName(workers int) string { return fmt.Sprintf("stock_consumer_w%d", workers) }
+func growthRelayName(rows int) string { return "growth_relay_at_" + sizeLabel(rows) }
+func growthConsumerName(rows int) string {
+	return "growth_consumer_at_" + sizeLabel(rows)
+}
+
+// sizeLabel writes 10000 as "10k" and 1000000 as "1M".
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// specs lists every measurement of a run with the given sizes, in report
+// order.
+func specs(s Sizes) []spec {
+	atLeast := func(t float64) *goal { return &goal{onRatio: true, op: ">=", target: t} }
+	out := []spec{
+		{name: "broker_1_publisher", unit: "msgs/s", panel: panelThroughput, label: "broker, 1 publisher"},
+		{name: brokerMultiName(s), unit: "msgs/s", panel: panelThroughput, label: fmt.Sprintf("broker, %d publishers", s.BrokerPublishers)},
+		{name: "broker_ceiling", unit: "msgs/s", label: "broker ceiling"},
+		{name: "relay_one_at_a_time", unit: "events/s", baseline: "broker_ceiling", panel: panelThroughput, label: "relay, one confirm at a time"},
+		{name: "relay_pipelined", unit: "events/s", baseline: "broker_ceiling", goal: atLeast(0.5), panel: panelThroughput, label: "relay, pipelined"},
+		{name: "relay_pipelined_speedup", unit: "x", goal: &goal{op: ">=", target: 5}},
+		{name: rawDBName(s.DefaultWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.DefaultWorkers)},
+		{name: consumerName(s.DefaultWorkers), unit: "events/s", baseline: rawDBName(s.DefaultWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.DefaultWorkers)},
+		{name: rawDBName(s.TunedWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.TunedWorkers)},
+		{name: consumerName(s.TunedWorkers), unit: "events/s", baseline: rawDBName(s.TunedWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.TunedWorkers)},
+	}
+	for _, p := range []string{"p50", "p95", "p99"} {
+		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}
+		if p == "p99" {
+			sp.goal = &goal{op: "<", target: 50}
+		}
+		out = append(out, sp)
+	}
+	for _, p := range []string{"p50", "p95", "p99"} {
+		out = append(out, spec{name: "latency_poll_" + p, unit: "ms", baseline: "latency_notify_" + p, panel: panelPoll, label: p})
+	}
+	first, last := s.GrowthRows[0], s.GrowthRows[len(s.GrowthRows)-1]
+	for _, n := range s.GrowthRows {
+		sp := spec{name: growthRelayName(n), unit: "events/s", panel: panelGrowth, label: "relay, " + sizeLabel(n) + " rows in outbox"}
+		if n != first {
+			sp.baseline = growthRelayName(first)
+		}
+		if n == last {
+			sp.goal = atLeast(0.8)
+		}
+		out = append(out, sp)
+	}
+	for _, n := range s.GrowthRows {
+		sp := spec{name: growthConsumerName(n), unit: "events/s", panel: panelGrowth, label: "consumer, " + sizeLabel(n) + " rows in processed_event"}
+		if n != first {
+			sp.baseline = growthConsumerName(first)
+		}
+		if n == last {
+			sp.goal = atLeast(0.8)
+		}
+		out = append(out, sp)
+	}
+	out = append(out, spec{name: "processed_event_mib_per_1m", unit: "MiB"})
+	return out
+}
+
+// Names returns the name of every measurement a run with sizes s reports,
+// in report order.
+func Names(s Sizes) []string {
+	var names []string
+	for _, sp := range specs(s) {
+		names = append(names, sp.name)
+	}
+	return names
+}
+
+// collector gathers values by name while the run goes on.
+type collector struct {
+	mu     sync.Mutex
+	values map[string]float64
+	notes  map[string]string
+}
+
+func (c *collector) set(name string, value float64, note string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.values == nil {
+		c.values, c.notes = map[string]float64{}, map[string]string{}
+	}
+	c.values[name] = value
+	c.notes[name] = note
+}
+
+func (c *collector) get(name string) (float64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.values[name]
+	return v, ok
+}
+
+// ordered returns the measured results in report order, with ratios and
+// goals filled in.
+func (c *collector) ordered(s Sizes) []Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Result
+	for _, sp := range specs(s) {
+		v, ok := c.values[sp.name]
+		if !ok {
+			continue
+		}
+		r := Result{Name: sp.name, Value: v, Unit: sp.unit, Baseline: sp.baseline, Note: c.notes[sp.name]}
+		if b, ok := c.values[sp.baseline]; ok && sp.baseline != "" && b != 0 {
+			ratio := v / b
+			r.Ratio = &ratio
+		}
+		if sp.goal != nil {
+			r.Goal = sp.goal.String()
+			r.Met = sp.goal.met(v, r.Ratio)
+		}
+		out = append(out, r)
+	}
+	return out
+}
