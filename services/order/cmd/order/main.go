@@ -1,0 +1,25 @@
+// Command order is the order service.
+//
+//	order serve     HTTP API on HTTP_ADDR (default :8081) with /healthz, /readyz, /metrics
+//	order migrate   create the database if missing and apply the embedded migrations
+//
+// Configuration is read from the environment; see config.go.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "order:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/logging"
+	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/migrate"
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/pg"
+	"example.com/shop/services/order/internal/api"
+	"example.com/shop/services/order/internal/store"
+	"example.com/shop/services/order/migrations"
+)
+
+const usage = "usage: order serve | migrate"
+
+// service names the order service in logs.
+const service = "order"
+
+// run is the whole program: args are os.Args, getenv reads the environment,
+// command output goes to stdout and JSON logs to stderr. It returns when the
+// command is done or, for serve, once ctx ends and the server has shut down.
+// Each subcommand reads its own configuration and gets the arguments after
+// its name.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		return errors.New(usage)
+	}
+	switch cmd, rest := args[1], args[2:]; cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q; %s", cmd, usage)
+	}
+}
+
+func noArgs(cmd string, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%s: unexpected argument %q; %s", cmd, args[0], usage)
+	}
+	return nil
+}
+
+// runServe serves the order API until ctx ends: config, logger, optional
+// migrations, database pool, store, router, listener, then a graceful
+// shutdown bounded by httpx.ShutdownTimeout (10 s).
+func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
+	if err := noArgs("serve", args); err != nil {
+		return err
+	}
+	cfg, err := loadServeConfig(getenv)
+	if err != nil {
+		return err
+	}
+	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
+
+	if cfg.MigrateOnStart {
+		if err := applyMigrations(ctx, cfg.DatabaseURL, logger); err != nil {
+			return err
+		}
+	}
+	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	validator, err := contracts.NewValidator()
+	if err != nil {
+		return err
+	}
+	st := store.New(pool, outbox.NewWriter(validator, contracts.ProducerOrder))
+	router := httpx.NewRouter(logger, metrics.NewRegistry(), httpx.Check{Name: "postgres", Fn: pool.Ping})
+	api.New(st, logger).Routes(router)
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	logger.InfoContext(ctx, "order service listening", slog.String("addr", ln.Addr().String()))
+	err = httpx.ServeListener(ctx, ln, router, logger)
+	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}
+
+// runMigrate creates the order database when it is missing and applies the
+// embedded migrations; running it again applies nothing.
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if err := noArgs("migrate", args); err != nil {
+		return err
+	}
+	cfg, err := loadMigrateConfig(getenv)
+	if err != nil {
+		return err
+	}
+	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger.InfoContext(ctx, "migrating", slog.Any("config", cfg))
+	applied, err := migrate.Up(ctx, cfg.DatabaseURL, migrations.FS)
+	if err != nil {
+		return err
+	}
+	for _, m := range applied {
+		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
+	}
+	fmt.Fprintf(stdout, "order database is up to date (%d migrations applied now)\n", len(applied))
+	return nil
+}
+
+func applyMigrations(ctx context.Context, databaseURL string, logger *slog.Logger) error {
+	applied, err := migrate.Up(ctx, databaseURL, migrations.FS)
+	if err != nil {
+		return err
+	}
+	for _, m := range applied {
+		logger.InfoContext(ctx, "migration applied", slog.Int64("version", m.Version), slog.String("source", m.Source))
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"example.com/shop/platform/testkit"
+	"example.com/shop/services/order/migrations"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// logWatcher collects the JSON log lines of a running command and reports the address
+// of the "order service listening" line.
+type logWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	addr  chan string
+	found bool
+}
+
+func newLogWatcher() *logWatcher { return &logWatcher{addr: make(chan string, 1)} }
+
+func (w *logWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for line := range bytes.Lines(p) {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "order service listening" && !w.found {
+			w.found = true
+			w.addr <- rec.Addr
+		}
+	}
+	return len(p), nil
+}
+
+func (w *logWatcher) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// startServe runs `order serve` in-process on a free port and returns its base URL, the
+// logs, and a stop function that shuts it down and returns run's error.
+func startServe(t *testing.T, vars map[string]string) (string, *logWatcher, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	vars["HTTP_ADDR"] = "127.0.0.1:0"
+	logs := newLogWatcher()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"order", "serve"}, env(vars), io.Discard, logs) }()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("serve did not stop within 30 s:\n%s", logs)
+		}
+	})
+	select {
+	case addr := <-logs.addr:
+		t.Cleanup(func() { _ = stop() })
+		return "http://" + addr, logs, stop
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve ended before listening: %v\n%s", err, logs)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("serve did not listen within 60 s:\n%s", logs)
+	}
+	return "", nil, nil
+}
+
+func call(t *testing.T, method, url, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func TestServeDrivesOrdersOverHTTP(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.FS)
+	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url})
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if status, body := call(t, http.MethodGet, base+path, ""); status != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", path, status, body)
+		}
+	}
+	status, body := call(t, http.MethodPost, base+"/orders",
+		`{"customer_id":"`+uuid.NewString()+`","lines":[{"product_id":"`+uuid.NewString()+`","quantity":"2"}]}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create = %d %s", status, body)
+	}
+	var o struct {
+		ID      string `json:"id"`
+		Status  string `json:"status"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(body, &o); err != nil {
+		t.Fatal(err)
+	}
+	status, body = call(t, http.MethodPost, base+"/orders/"+o.ID+"/place", "")
+	if err := json.Unmarshal(body, &o); status != http.StatusOK || err != nil || o.Status != "placed" || o.Version != 2 {
+		t.Fatalf("place = %d %s", status, body)
+	}
+	if status, body := call(t, http.MethodPost, base+"/orders/"+o.ID+"/place", ""); status != http.StatusConflict {
+		t.Fatalf("second place = %d %s", status, body)
+	}
+	var rows int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("outbox rows = %d, want 1", rows)
+	}
+	status, body = call(t, http.MethodGet, base+"/metrics", "")
+	if status != http.StatusOK || !strings.Contains(string(body), `http_requests_total{method="POST",route="/orders/{id}/place",status="200"} 1`) {
+		t.Fatalf("metrics = %d, lacking the place request:\n%s", status, body)
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v after shutdown, want nil", err)
+	}
+	if strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Errorf("serve logged errors:\n%s", logs)
+	}
+}
+
+func TestReadyzFailsWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	_, url := testkit.NewDatabase(t, migrations.FS)
+	base, _, _ := startServe(t, map[string]string{"ORDER_DATABASE_URL": url})
+	// Cut the service's connections off from the server: the readiness ping must fail.
+	admin, _ := testkit.NewDatabase(t, nil)
+	name := url[strings.LastIndex(url, "/")+1:]
+	if i := strings.IndexByte(name, '?'); i >= 0 {
+		name = name[:i]
+	}
+	if _, err := admin.Exec(context.Background(), `ALTER DATABASE `+quoteIdent(name)+` ALLOW_CONNECTIONS false`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(context.Background(),
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
+		t.Fatal(err)
+	}
+	status, body := call(t, http.MethodGet, base+"/readyz", "")
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "postgres") {
+		t.Fatalf("readyz = %d %s, want 503 naming postgres", status, body)
+	}
+	if _, err := admin.Exec(context.Background(), `ALTER DATABASE `+quoteIdent(name)+` ALLOW_CONNECTIONS true`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func TestServeMigrateOnStartCreatesDatabase(t *testing.T) {
+	t.Parallel()
+	base, _, stop := startServe(t, map[string]string{
+		"ORDER_DATABASE_URL": testkit.EmptyDatabaseURL(t),
+		"MIGRATE_ON_START":   "true",
+	})
+	if status, body := call(t, http.MethodGet, base+"/orders/"+uuid.NewString(), ""); status != http.StatusNotFound {
+		t.Fatalf("GET unknown order = %d %s, want 404 from a migrated database", status, body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMigrateCreatesDatabaseAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"ORDER_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, io.Discard); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if !strings.Contains(out.String(), "applied 00001") || !strings.Contains(out.String(), "up to date") {
+		t.Errorf("first migrate output = %q", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, io.Discard); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	if !strings.Contains(out.String(), "(0 migrations applied now)") {
+		t.Errorf("second migrate output = %q", out.String())
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		want []string
+	}{
+		{[]string{"order"}, nil, []string{"usage"}},
+		{[]string{"order", "dance"}, nil, []string{`unknown command "dance"`}},
+		{[]string{"order", "serve", "extra"}, nil, []string{`unexpected argument "extra"`}},
+		{[]string{"order", "serve"}, map[string]string{"LOG_LEVEL": "loud", "MIGRATE_ON_START": "maybe"},
+			[]string{"LOG_LEVEL", "MIGRATE_ON_START"}},
+		{[]string{"order", "migrate"}, map[string]string{"LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+	} {
+		err := run(ctx, tc.args, env(tc.vars), io.Discard, io.Discard)
+		for _, want := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("run %v: err = %v, want it to mention %q", tc.args, err, want)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"order", "help"}, env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage") {
+		t.Errorf("help: %v, %q", err, out.String())
+	}
+}
+
+func TestConfigDefaultsAndMasking(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadServeConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DatabaseURL != "postgres://postgres@localhost:5432/orders?sslmode=disable" || cfg.HTTPAddr != ":8081" ||
+		cfg.LogLevel != slog.LevelInfo || cfg.MigrateOnStart {
+		t.Errorf("defaults = %+v", cfg)
+	}
+	cfg, err = loadServeConfig(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("starting", slog.Any("config", cfg))
+	if strings.Contains(logs.String(), "s3cret") || !strings.Contains(logs.String(), "db:5432") {
+		t.Errorf("logged config = %s, want the password masked", logs.String())
+	}
+}
