@@ -54,9 +54,10 @@ func serve(ctx context.Context, cfg settings, logger *slog.Logger) error {
 	logger.Info("starting", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
 		slog.String("amqp", config.MaskURL(cfg.AMQPURL)), slog.String("http_addr", cfg.HTTPAddr),
 		slog.Int("workers", cfg.Workers), slog.Int("prefetch", cfg.Prefetch),
+		slog.Int("inbox_group", cfg.InboxGroup), slog.Int("inbox_tx", cfg.InboxTx),
 		slog.Int("max_attempts", cfg.MaxAttempts), slog.Any("retry_delays", cfg.RetryDelays))
 
-	pool, err := pg.NewPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.Workers+4))
+	pool, err := pg.NewPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()))
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func serve(ctx context.Context, cfg settings, logger *slog.Logger) error {
 		return err
 	}
 	reg := metrics.NewRegistry()
-	ib := inbox.New(pool, reservation.Consumer, validator, logger, reg)
+	ib := inbox.New(pool, reservation.Consumer, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
 	reservation.Register(ib)
 	consumer, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
 		Queue:       contracts.QueueStock,

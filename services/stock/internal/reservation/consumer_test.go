@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -113,11 +112,23 @@ func TestHandlerFailsOnceThenTheRetrySucceeds(t *testing.T) {
 
 func TestEightConsumersRaceOverRepeatedMessages(t *testing.T) {
 	t.Parallel()
+	for name, opts := range map[string][]inbox.Option{
+		"group commit":         {inbox.WithGroupCommit(serviceGroup, serviceTx)},
+		"one transaction each": {inbox.WithGroupCommit(1, 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testEightConsumersRace(t, opts)
+		})
+	}
+}
+
+func testEightConsumersRace(t *testing.T, opts []inbox.Option) {
 	s := newSystem(t)
 	const consumers, events, copies = 8, 60, 3
 	reg := prometheus.NewRegistry() // shared: the counters add up over the instances
 	for range consumers {
-		s.startConsumer(consumerOptions{reg: reg})
+		s.startConsumer(consumerOptions{reg: reg, inbox: opts, workers: 8})
 	}
 
 	orders := make([]contracts.OrderPlaced, events)
@@ -362,5 +373,4 @@ func TestPlacedArrivingAfterItsCancelReservesNothing(t *testing.T) {
 	if got := s.reservations(p.OrderID); got != 0 {
 		t.Errorf("reservations = %d, want 0: the order was cancelled after this version", got)
 	}
-	_ = uuid.Nil
 }

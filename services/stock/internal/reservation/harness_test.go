@@ -24,6 +24,13 @@ import (
 	"example.com/shop/services/stock/migrations"
 )
 
+// The defaults of bin/stock serve (cmd/stock/config.go), used unless a test says otherwise.
+const (
+	serviceWorkers = 32 // STOCK_WORKERS
+	serviceGroup   = 16 // STOCK_INBOX_GROUP
+	serviceTx      = 2  // STOCK_INBOX_TX
+)
+
 // testDelays are the retry delays of the test topology: short, so retries come back fast.
 var testDelays = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond}
 
@@ -76,6 +83,7 @@ type consumerOptions struct {
 	extra                          func(ib *inbox.Inbox)                   // more handlers, registered after the stock ones
 	wrap                           func(amqp.HandlerFunc) amqp.HandlerFunc // around HandleDelivery
 	conn                           func(*amqp.Connection)                  // receives the consumer's own connection
+	inbox                          []inbox.Option                          // for inbox.New
 }
 
 // startConsumer runs one stock consumer (own connection, inbox, stock handlers, the
@@ -90,7 +98,13 @@ func (s *system) startConsumer(opt consumerOptions) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	ib := inbox.New(s.pool, reservation.Consumer, s.validator, s.logger, reg)
+	if opt.workers == 0 {
+		opt.workers = serviceWorkers
+	}
+	if opt.inbox == nil {
+		opt.inbox = []inbox.Option{inbox.WithGroupCommit(serviceGroup, serviceTx)}
+	}
+	ib := inbox.New(s.pool, reservation.Consumer, s.validator, s.logger, reg, opt.inbox...)
 	reservation.Register(ib)
 	if opt.extra != nil {
 		opt.extra(ib)
