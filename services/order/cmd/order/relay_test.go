@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/services/order/migrations"
+)
+
+// relayLogs collects the JSON logs of `order relay` and reports the address
+// of its "relay listening" line.
+type relayLogs struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	addr chan string
+}
+
+func (l *relayLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for line := range bytes.Lines(p) {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "relay listening" {
+			select {
+			case l.addr <- rec.Addr:
+			default:
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (l *relayLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// insertOutboxRow writes one order.order.placed.v1 event the way the
+// order store does and returns its id.
+func insertOutboxRow(t *testing.T, pool *pgxpool.Pool, published time.Time) string {
+	t.Helper()
+	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
+		OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pub *time.Time
+	if !published.IsZero() {
+		pub = &published
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+		VALUES ($1, $2, $2, $3, $4, $5)`, env.EventID, env.EventName, string(body), env.OccurredAt, pub); err != nil {
+		t.Fatal(err)
+	}
+	return env.EventID.String()
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	amqpURL := testkit.NewVhost(t)
+	id := insertOutboxRow(t, pool, time.Time{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &relayLogs{addr: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"order", "relay"}, env(map[string]string{
+			"ORDER_DATABASE_URL":  dbURL,
+			"AMQP_URL":            amqpURL,
+			"HTTP_ADDR":           "127.0.0.1:0",
+			"RELAY_POLL_INTERVAL": "50ms",
+			"LOG_LEVEL":           "debug",
+		}), io.Discard, logs)
+	}()
+	var base string
+	select {
+	case addr := <-logs.addr:
+		base = "http://" + addr
+	case err := <-done:
+		t.Fatalf("relay ended: %v\n%s", err, logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay did not listen:\n%s", logs)
+	}
+
+	// Ready once the broker connection has declared the topology.
+	end := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := httpGet(t, base+"/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("/readyz stays %d:\n%s", code, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d amqp091.Delivery
+	for end := time.Now().Add(30 * time.Second); ; {
+		var ok bool
+		d, ok, err = ch.Get(contracts.QueueStock, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no message in %s:\n%s", contracts.QueueStock, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d.MessageId != id || d.Type != contracts.EventOrderPlaced || d.Exchange != contracts.Exchange {
+		t.Fatalf("got message %q type %q from exchange %q", d.MessageId, d.Type, d.Exchange)
+	}
+
+	for end := time.Now().Add(30 * time.Second); ; {
+		_, body := httpGet(t, base+"/metrics")
+		if strings.Contains(body, "relay_published_total 1") && strings.Contains(body, "relay_leader 1") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("metrics do not show the published row:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("relay: %v\n%s", err, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay did not stop:\n%s", logs)
+	}
+	var published bool
+	if err := pool.QueryRow(t.Context(), `SELECT published_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&published); err != nil || !published {
+		t.Fatalf("row marked %v, err %v", published, err)
+	}
+}
+
+func TestRelayCommandRejectsBadSettings(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"order", "relay"}, env(map[string]string{
+		"RELAY_MODE":          "fast",
+		"RELAY_BATCH_SIZE":    "0",
+		"RELAY_POLL_INTERVAL": "soon",
+	}), io.Discard, io.Discard)
+	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL"} {
+		if err == nil || !strings.Contains(err.Error(), v) {
+			t.Fatalf("error %v does not name %s", err, v)
+		}
+	}
+	if err := run(t.Context(), []string{"order", "relay", "extra"}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Fatal("relay accepted an argument")
+	}
+}
+
+func TestPurgeOutboxCommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{}, {"--older-than", "0s"}, {"--older-than", "-1h"}, {"--older-than", "soon"}} {
+		err := run(t.Context(), append([]string{"order", "purge-outbox"}, args...), env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "older-than") {
+			t.Fatalf("purge-outbox %v: error %v", args, err)
+		}
+	}
+
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	old := insertOutboxRow(t, pool, time.Now().Add(-8*24*time.Hour))
+	recent := insertOutboxRow(t, pool, time.Now().Add(-time.Hour))
+	pending := insertOutboxRow(t, pool, time.Time{})
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"order", "purge-outbox", "--older-than", "168h"},
+		env(map[string]string{"ORDER_DATABASE_URL": dbURL}), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "purged 1 outbox rows") {
+		t.Fatalf("output %q", out.String())
+	}
+	rows, err := pool.Query(t.Context(), `SELECT id::text FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left[id] = true
+	}
+	if left[old] || !left[recent] || !left[pending] || len(left) != 2 {
+		t.Fatalf("rows left %v (old %s, recent %s, pending %s)", left, old, recent, pending)
+	}
+}
