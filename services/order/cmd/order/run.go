@@ -20,7 +20,7 @@ import (
 	"example.com/shop/services/order/migrations"
 )
 
-const usage = "usage: order serve | migrate"
+const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION"
 
 // service names the order service in logs.
 const service = "order"
