@@ -24,6 +24,7 @@
 //	-consumer-events N events queued for each consumer run (default 20000)
 //	-tuned-workers N   the second STOCK_WORKERS setting (default 16)
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
+//	-only LIST         run only these steps: broker,relay,consumer,latency,growth
 //	-v                 show the warnings of the in-process relay
 package main
 
@@ -79,12 +80,13 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&o.cfg.DatabaseURL, "db", env("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server URL")
 	fs.StringVar(&o.cfg.AMQPURL, "amqp", env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	rate := fs.Int("rate", 0, "orders per second of the latency runs (default 200, quick 50)")
-	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 2s)")
+	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 1s)")
 	relayRows := fs.Int("relay-rows", 0, "outbox rows of the relay comparison (default 50000)")
 	events := fs.Int("consumer-events", 0, "events queued for each consumer run (default 20000)")
 	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 16)")
 	growth := fs.String("growth", "", "comma-separated table sizes of the growth runs (default 10000,100000,1000000)")
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
+	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -120,6 +122,9 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	if err := s.Validate(); err != nil {
 		return o, err
+	}
+	if *only != "" {
+		o.cfg.Only = strings.Split(*only, ",")
 	}
 	o.cfg.Progress = stdout
 	level := slog.LevelError + 4 // nothing

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,7 @@ func DefaultSizes() Sizes {
 		OneAtATimeLimit:      10 * time.Second,
 		DBDuration:           5 * time.Second,
 		ConsumerEvents:       20_000,
-		DefaultWorkers:       8,
+		DefaultWorkers:       32,
 		TunedWorkers:         16,
 		LatencyRate:          200,
 		LatencyDuration:      30 * time.Second,
@@ -93,13 +94,13 @@ func QuickSizes() Sizes {
 		BrokerBatch:          500,
 		BrokerPublishers:     2,
 		RelayRows:            2000,
-		OneAtATimeLimit:      time.Second,
-		DBDuration:           time.Second,
+		OneAtATimeLimit:      500 * time.Millisecond,
+		DBDuration:           500 * time.Millisecond,
 		ConsumerEvents:       500,
-		DefaultWorkers:       8,
+		DefaultWorkers:       32,
 		TunedWorkers:         16,
 		LatencyRate:          50,
-		LatencyDuration:      2 * time.Second,
+		LatencyDuration:      time.Second,
 		GrowthRows:           []int{1000, 2000, 4000},
 		GrowthRelayRows:      1000,
 		GrowthConsumerEvents: 300,
@@ -165,7 +166,13 @@ type Config struct {
 	Progress io.Writer
 	// Logger receives the warnings of the in-process relay; nil discards.
 	Logger *slog.Logger
+	// Only, when not empty, limits the run to these steps (see Steps).
+	Only []string
 }
+
+// Steps returns the keys of the run's steps, in run order: "broker",
+// "relay", "consumer", "latency" and "growth".
+func Steps() []string { return []string{"broker", "relay", "consumer", "latency", "growth"} }
 
 // Run performs every measurement once, in order, and returns their results
 // in the order of Names. A measurement that fails is reported in the
@@ -177,6 +184,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.Sizes.Validate(); err != nil {
 		return nil, err
 	}
+	for _, k := range cfg.Only {
+		if !slices.Contains(Steps(), k) {
+			return nil, fmt.Errorf("bench: unknown step %q, want one of %v", k, Steps())
+		}
+	}
 	e, err := newEnv(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -184,14 +196,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	defer e.close()
 
 	steps := []struct {
-		name string
-		fn   func(context.Context) error
+		key, name string
+		fn        func(context.Context) error
 	}{
-		{"raw broker limit", e.measureBroker},
-		{"relay: one confirm at a time vs pipelined", e.measureRelay},
-		{"raw database limit and stock consumer", e.measureConsumer},
-		{"end-to-end latency", e.measureLatency},
-		{"cost growth", e.measureGrowth},
+		{"broker", "raw broker limit", e.measureBroker},
+		{"relay", "relay: one confirm at a time vs pipelined", e.measureRelay},
+		{"consumer", "raw database limit and stock consumer", e.measureConsumer},
+		{"latency", "end-to-end latency", e.measureLatency},
+		{"growth", "cost growth", e.measureGrowth},
 	}
 	if load, ok := LoadAverage(); ok && load > float64(runtime.NumCPU()) {
 		e.progress("!! load average %.1f on %d CPUs: other work is running, the numbers will be low", load, runtime.NumCPU())
@@ -201,6 +213,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if ctx.Err() != nil {
 			errs = append(errs, ctx.Err())
 			break
+		}
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, s.key) {
+			continue
 		}
 		start := time.Now()
 		e.progress("== %s", s.name)

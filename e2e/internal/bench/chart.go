@@ -11,9 +11,9 @@ import (
 
 // Chart geometry, in SVG user units (pixels).
 const (
-	chartWidth  = 960
+	chartWidth  = 1000
 	labelWidth  = 330
-	barAreaW    = 480
+	barAreaW    = 440
 	barHeight   = 20
 	barGap      = 8
 	panelTitleH = 46
@@ -64,7 +64,7 @@ func WriteChart(w io.Writer, results []Result, s Sizes, subtitle string) error {
 		}
 		text := formatValue(r.Value, r.Unit) + " " + r.Unit
 		if r.Ratio != nil && sp.baseline != "" {
-			text += fmt.Sprintf("  (%.2f x %s)", *r.Ratio, sp.baseline)
+			text += fmt.Sprintf("  (%.2f x baseline)", *r.Ratio)
 		}
 		p.bars = append(p.bars, chartBar{label: sp.label, colour: barColour(sp.name), text: text, value: r.Value})
 	}
@@ -93,7 +93,7 @@ func drawPanel(b *strings.Builder, p *chartPanel, y int) int {
 	for _, bar := range p.bars {
 		top = max(top, bar.value)
 	}
-	scale := niceCeil(top)
+	scale := niceCeil(top/4) * 4 // four grid steps of a round size
 	fmt.Fprintf(b, `<text x="16" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y+18, html.EscapeString(p.title))
 	axisY := y + panelTitleH - 8
 	barsH := len(p.bars) * (barHeight + barGap)

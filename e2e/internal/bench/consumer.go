@@ -77,6 +77,18 @@ func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) 
 		return 0, err
 	}
 	defer pool.Close()
+	// Open every connection before the clock starts.
+	conns := make([]*pgxpool.Conn, 0, workers)
+	for range workers {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	var wg sync.WaitGroup
 	counts := make([]int, workers)
 	errs := make([]error, workers)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/e2e/internal/bench"
+	"example.com/shop/e2e/internal/system"
+)
+
+// TestQuickRun runs `bench -quick` end to end on the real servers and the
+// real binaries, so that the bench cannot rot: every measurement must be in
+// latest.json with a positive value, and the chart must be drawn. It
+// asserts nothing about speed.
+func TestQuickRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	binDir := filepath.Join(t.TempDir(), "bin")
+	if err := system.Build(ctx, binDir, false); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-quick", "-bin", binDir, "-out", out}, os.Getenv, &stdout, &stderr)
+	t.Log(stdout.String())
+	if err != nil {
+		t.Fatalf("bench -quick: %v\n%s", err, stderr.String())
+	}
+
+	raw, err := os.ReadFile(filepath.Join(out, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []bench.Result
+	if err := json.Unmarshal(raw, &results); err != nil {
+		t.Fatalf("latest.json: %v\n%s", err, raw)
+	}
+	got := map[string]bench.Result{}
+	for _, r := range results {
+		got[r.Name] = r
+	}
+	for _, name := range bench.Names(bench.QuickSizes()) {
+		r, ok := got[name]
+		switch {
+		case !ok:
+			t.Errorf("latest.json has no %s", name)
+		case !(r.Value > 0):
+			t.Errorf("%s = %v %s, want a positive value", name, r.Value, r.Unit)
+		case r.Unit == "":
+			t.Errorf("%s has no unit", name)
+		case r.Baseline != "" && (r.Ratio == nil || !(*r.Ratio > 0)):
+			t.Errorf("%s has baseline %s but ratio %v", name, r.Baseline, r.Ratio)
+		}
+	}
+	if len(results) != len(bench.Names(bench.QuickSizes())) {
+		t.Errorf("latest.json has %d results, want %d", len(results), len(bench.Names(bench.QuickSizes())))
+	}
+
+	svg, err := os.ReadFile(filepath.Join(out, "chart.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "relay, pipelined") {
+		t.Errorf("chart.svg does not look like the bench chart:\n%.300s", svg)
+	}
+}
