@@ -1,16 +1,13 @@
 package httpx_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -18,30 +15,12 @@ import (
 
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/testkit"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newTestRouter(t *testing.T, checks ...httpx.Check) (*chi.Mux, *prometheus.Registry, *syncBuffer) {
+func newTestRouter(t *testing.T, checks ...httpx.Check) (*chi.Mux, *prometheus.Registry, *testkit.Logs) {
 	t.Helper()
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger, logs := testkit.Logger(t)
 	reg := metrics.NewRegistry()
 	return httpx.NewRouter(logger, reg, checks...), reg, logs
 }

@@ -1,7 +1,8 @@
 // Package testkit gives integration tests their own PostgreSQL database and
 // RabbitMQ namespace on real servers: the ones named by TEST_DATABASE_URL and
 // TEST_AMQP_URL, the local defaults, or containers started through
-// testcontainers-go when neither answers and Docker is available.
+// testcontainers-go when neither answers and Docker is available. Logger gives a
+// test a logger whose output it can read.
 //
 // A test never skips: when no server can be had it fails with a message that
 // says what was tried. The servers found are cached for the life of the test
