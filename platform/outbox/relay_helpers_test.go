@@ -27,7 +27,8 @@ import (
 
 // schemaFS holds a copy of the order migration that creates the outbox
 // table, its partial index and its NOTIFY trigger (platform never imports
-// services).
+// services); it is kept identical to services/order/migrations/00002_outbox.sql
+// and the writer tests use it too.
 //
 //go:embed testdata/schema/*.sql
 var schemaFiles embed.FS

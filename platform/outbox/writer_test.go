@@ -19,9 +19,11 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
+// newWriterDB returns a pool on a fresh database migrated with testdata/schema, the
+// one copy of the order service's outbox migration that the relay tests use too.
 func newWriterDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, os.DirFS("testdata/writer"))
+	pool, _ := testkit.NewDatabase(t, os.DirFS("testdata/schema"))
 	return pool
 }
 
