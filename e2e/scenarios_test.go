@@ -1,0 +1,397 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/testkit"
+)
+
+// TestPlaceReservesAndShips follows one order: once placed, stock reserves
+// each of its lines and shipping records it as placed at version 2 with a
+// ready shipment.
+func TestPlaceReservesAndShips(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	o := s.createOrder(ctx, 3)
+	s.place(ctx, o.ID, http.StatusOK)
+	got, status, err := s.api.Order(ctx, o.ID)
+	if err != nil || status != http.StatusOK || got.Status != "placed" || got.Version != 2 {
+		t.Fatalf("order after place = %+v (status %d, err %v), want placed at version 2", got, status, err)
+	}
+
+	s.waitReserved(ctx, o)
+	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+	if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 1 {
+		t.Errorf("outbox rows for the order = %d, want 1", n)
+	}
+
+	// Placing twice is a conflict; an unknown order is not found.
+	s.place(ctx, o.ID, http.StatusConflict)
+	s.place(ctx, uuid.NewString(), http.StatusNotFound)
+	s.invariants(ctx)
+}
+
+// TestDoubleClick places one order twice at the same moment: one request
+// wins with 200, the other waits on the row lock and gets 409, and exactly
+// one event and one set of reservations follow (DESIGN.md rule 1).
+func TestDoubleClick(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	for round := range 5 {
+		o := s.createOrder(ctx, 2)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		statuses := make([]int, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Go(func() {
+				<-start
+				statuses[i], errs[i] = s.api.Place(ctx, o.ID)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: place: %v", round, err)
+			}
+		}
+		sort.Ints(statuses)
+		if !slices.Equal(statuses, []int{http.StatusOK, http.StatusConflict}) {
+			t.Fatalf("round %d: statuses of two concurrent places = %v, want [200 409]", round, statuses)
+		}
+		s.waitReserved(ctx, o)
+		if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 1 {
+			t.Fatalf("round %d: outbox rows for the order = %d, want 1", round, n)
+		}
+	}
+	r := s.invariants(ctx)
+	if r.OutboxEvents != 5 || r.StockProcessed != 5 {
+		t.Errorf("events = %d, stock processed = %d; want 5 and 5", r.OutboxEvents, r.StockProcessed)
+	}
+}
+
+// TestDuplicateRepublish publishes an already delivered event again, as a
+// relay that crashed between the broker's confirm and its commit would: both
+// consumers recognise it by its event_id and change nothing (DESIGN.md rule 3).
+func TestDuplicateRepublish(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	o := s.createOrder(ctx, 2)
+	s.place(ctx, o.ID, http.StatusOK)
+	s.waitReserved(ctx, o)
+	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+	s.invariants(ctx)
+
+	var id, name, body string
+	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text, event_name, envelope::text FROM outbox`).Scan(&id, &name, &body); err != nil {
+		t.Fatalf("read the outbox: %v", err)
+	}
+	dupStock := s.metric(ctx, s.sys.Stock, "inbox_duplicates_total")
+	dupShipping := s.metric(ctx, s.sys.Shipping, "inbox_duplicates_total")
+
+	if err := system.Publish(ctx, s.amqpURL, contracts.Exchange, name, id, []byte(body)); err != nil {
+		t.Fatalf("republish: %v", err)
+	}
+	eventually(t, "both consumers count the duplicate", func() string {
+		st := s.metric(ctx, s.sys.Stock, "inbox_duplicates_total")
+		sh := s.metric(ctx, s.sys.Shipping, "inbox_duplicates_total")
+		if st != dupStock+1 || sh != dupShipping+1 {
+			return fmt.Sprintf("duplicates: stock %v -> %v, shipping %v -> %v", dupStock, st, dupShipping, sh)
+		}
+		return ""
+	})
+	for _, db := range []struct {
+		name string
+		n    int
+	}{
+		{"stock", count(t, ctx, s.dbs.Stock, `SELECT count(*) FROM processed_event`)},
+		{"shipping", count(t, ctx, s.dbs.Shipping, `SELECT count(*) FROM processed_event`)},
+	} {
+		if db.n != 1 {
+			t.Errorf("%s processed_event rows = %d, want 1", db.name, db.n)
+		}
+	}
+	rs, err := s.api.Reservations(ctx, o.ID)
+	if err != nil || len(rs) != 2 {
+		t.Errorf("reservations after the duplicate = %v (err %v), want the 2 lines once", rs, err)
+	}
+	s.invariants(ctx)
+}
+
+// TestCancelAfterPlace cancels a placed order once its reservations exist:
+// stock releases them, shipping moves to cancelled at version 3 and cancels
+// the shipment.
+func TestCancelAfterPlace(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	o := s.createOrder(ctx, 2)
+	s.place(ctx, o.ID, http.StatusOK)
+	s.waitReserved(ctx, o)
+	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+
+	if st, err := s.api.Cancel(ctx, o.ID); err != nil || st != http.StatusOK {
+		t.Fatalf("cancel: status %d, err %v; want 200", st, err)
+	}
+	got, _, err := s.api.Order(ctx, o.ID)
+	if err != nil || got.Status != "cancelled" || got.Version != 3 {
+		t.Fatalf("order after cancel = %+v (err %v), want cancelled at version 3", got, err)
+	}
+	eventually(t, "reservations released", func() string {
+		rs, err := s.api.Reservations(ctx, o.ID)
+		if err != nil {
+			return err.Error()
+		}
+		if len(rs) != 0 {
+			return fmt.Sprintf("%d reservations held", len(rs))
+		}
+		return ""
+	})
+	s.waitShipping(ctx, o.ID, "cancelled", 3, "cancelled")
+	if st, err := s.api.Cancel(ctx, o.ID); err != nil || st != http.StatusConflict {
+		t.Errorf("second cancel: status %d, err %v; want 409", st, err)
+	}
+	s.invariants(ctx)
+}
+
+// TestRelayKilledMidStream kills the relay with SIGKILL twice while 200
+// orders are placed concurrently, and restarts it each time: every event
+// still arrives (no loss), and each exactly once in effect.
+func TestRelayKilledMidStream(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	const total = 200
+	s.placeMany(ctx, total, 8, map[int]func(){
+		60:  func() { s.crash(ctx, s.sys.Relay) },
+		140: func() { s.crash(ctx, s.sys.Relay) },
+	})
+	r := s.invariants(ctx)
+	if r.Orders["placed"] != total || r.OutboxPublished != total || r.StockProcessed != total || r.ShippingProcessed != total {
+		t.Errorf("report %+v; want %d placed, published and processed by both", r, total)
+	}
+}
+
+// TestConsumerKilledMidStream kills stock (and later shipping) with SIGKILL
+// while events flow, and restarts them: messages in flight come back, and
+// the processed_event keys keep their effects single (no double reservation).
+func TestConsumerKilledMidStream(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	const total = 200
+	s.placeMany(ctx, total, 8, map[int]func(){
+		70: func() {
+			s.waitProcessed(ctx, "stock", 20)
+			s.crash(ctx, s.sys.Stock)
+		},
+		150: func() {
+			s.waitProcessed(ctx, "shipping", 60)
+			s.crash(ctx, s.sys.Shipping)
+		},
+	})
+	r := s.invariants(ctx)
+	if r.Orders["placed"] != total || r.ReservedLines != 2*total || r.StockProcessed != total {
+		t.Errorf("report %+v; want %d placed with %d reserved lines", r, total, 2*total)
+	}
+}
+
+// TestPoisonMessageDeadLettered publishes bodies that are no valid event to
+// app.events: each consumer dead-letters them at once (no retry loop) and
+// goes on with the real events.
+func TestPoisonMessageDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, options{})
+	ctx := testkit.Context(t)
+
+	poison := []string{
+		`not json at all`,
+		`{"event_id":"not-a-uuid","event_name":"order.order.placed.v1","payload":{}}`,
+	}
+	for i, body := range poison {
+		if err := system.Publish(ctx, s.amqpURL, contracts.Exchange, contracts.EventOrderPlaced, fmt.Sprintf("poison-%d", i), []byte(body)); err != nil {
+			t.Fatalf("publish poison: %v", err)
+		}
+	}
+	eventually(t, "poison in both dead-letter queues", func() string {
+		d, err := system.QueueDepths(ctx, s.amqpURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ)
+		if err != nil {
+			return err.Error()
+		}
+		if d[contracts.QueueStockDLQ] != len(poison) || d[contracts.QueueShippingDLQ] != len(poison) {
+			return fmt.Sprintf("depths %v", d)
+		}
+		return ""
+	})
+	o := s.createOrder(ctx, 1)
+	s.place(ctx, o.ID, http.StatusOK)
+	s.waitReserved(ctx, o)
+	s.invariants(ctx)
+	d, err := system.QueueDepths(ctx, s.amqpURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ, contracts.QueueStock, contracts.QueueShipping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d[contracts.QueueStockDLQ] != len(poison) || d[contracts.QueueShippingDLQ] != len(poison) || d[contracts.QueueStock] != 0 || d[contracts.QueueShipping] != 0 {
+		t.Errorf("queue depths at the end = %v; want %d in each DLQ and empty main queues", d, len(poison))
+	}
+}
+
+// placeMany creates and places total orders of two lines with the given
+// number of concurrent clients. When the i-th place succeeds, at[i] (if any)
+// runs in its own goroutine while the clients go on; placeMany waits for
+// those too. A failed request fails the test.
+func (s *shop) placeMany(ctx context.Context, total, clients int, at map[int]func()) {
+	s.t.Helper()
+	var placed atomic.Int64
+	var next atomic.Int64
+	var wg, hooks sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for next.Add(1) <= int64(total) {
+				o, err := s.api.CreateOrder(ctx, uuid.NewString(), newLines(2))
+				if err != nil {
+					s.t.Errorf("create: %v", err)
+					return
+				}
+				if st, err := s.api.Place(ctx, o.ID); err != nil || st != http.StatusOK {
+					s.t.Errorf("place %s: status %d, err %v", o.ID, st, err)
+					return
+				}
+				if hook := at[int(placed.Add(1))]; hook != nil {
+					hooks.Go(hook)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	hooks.Wait()
+	if s.t.Failed() {
+		s.t.FailNow()
+	}
+}
+
+// crash kills p with SIGKILL, as a crash of its machine would, then starts
+// it again and waits until it is ready. It may run outside the test's
+// goroutine, so it reports with Errorf only. Crashes run one at a time: a
+// second waits until the first process is back.
+func (s *shop) crash(ctx context.Context, p *system.Process) {
+	s.crashMu.Lock()
+	defer s.crashMu.Unlock()
+	var published int
+	_ = s.dbs.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&published)
+	if err := p.Kill(); err != nil {
+		s.t.Errorf("kill %s: %v", p.Name, err)
+		return
+	}
+	s.t.Logf("killed %s with SIGKILL (%d events published so far)", p.Name, published)
+	time.Sleep(200 * time.Millisecond)
+	if err := s.sys.Restart(ctx, p, settle); err != nil {
+		s.t.Errorf("restart %s: %v", p.Name, err)
+	}
+}
+
+// waitProcessed waits until the consumer's processed_event holds at least n keys.
+func (s *shop) waitProcessed(ctx context.Context, consumer string, n int) {
+	pool := s.dbs.Stock
+	if consumer == "shipping" {
+		pool = s.dbs.Shipping
+	}
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var got int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&got); err == nil && got >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitReserved waits until stock shows exactly o's lines as reservations.
+func (s *shop) waitReserved(ctx context.Context, o system.Order) {
+	s.t.Helper()
+	want := map[string]string{}
+	for _, l := range o.Lines {
+		want[l.ProductID] = normQty(l.Quantity)
+	}
+	eventually(s.t, "reservations of order "+o.ID, func() string {
+		rs, err := s.api.Reservations(ctx, o.ID)
+		if err != nil {
+			return err.Error()
+		}
+		got := map[string]string{}
+		for _, r := range rs {
+			if _, dup := got[r.ProductID]; dup {
+				return fmt.Sprintf("product %s reserved twice: %+v", r.ProductID, rs)
+			}
+			got[r.ProductID] = normQty(r.Quantity)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Sprintf("reserved %v, want %v", got, want)
+		}
+		return ""
+	})
+}
+
+// waitShipping waits until shipping shows the order at status and version
+// with a shipment in shipment status.
+func (s *shop) waitShipping(ctx context.Context, orderID, status string, version int, shipment string) {
+	s.t.Helper()
+	eventually(s.t, "shipping of order "+orderID, func() string {
+		st, code, err := s.api.OrderStatus(ctx, orderID)
+		if err != nil || code != http.StatusOK {
+			return fmt.Sprintf("order-status: %d %v", code, err)
+		}
+		if st.Status != status || st.Version != version {
+			return fmt.Sprintf("order-status %+v, want %s v%d", st, status, version)
+		}
+		sh, code, err := s.api.Shipment(ctx, orderID)
+		if err != nil || code != http.StatusOK {
+			return fmt.Sprintf("shipment: %d %v", code, err)
+		}
+		if sh.Status != shipment {
+			return fmt.Sprintf("shipment %+v, want %s", sh, shipment)
+		}
+		return ""
+	})
+}
+
+// metric reads one counter of p, failing the test when /metrics does not answer.
+func (s *shop) metric(ctx context.Context, p *system.Process, name string) float64 {
+	s.t.Helper()
+	v, err := p.Metric(ctx, name, nil)
+	if err != nil {
+		s.t.Fatalf("metric %s: %v", name, err)
+	}
+	return v
+}
+
+// normQty drops trailing zeros of a decimal string: "2.500" -> "2.5", "3.000" -> "3".
+func normQty(q string) string {
+	if strings.Contains(q, ".") {
+		q = strings.TrimRight(strings.TrimRight(q, "0"), ".")
+	}
+	return q
+}
