@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// servers are the PostgreSQL and RabbitMQ the demo runs on.
+type servers struct {
+	orderURL, stockURL, shippingURL string // the demo databases
+	amqpURL                         string // the demo vhost (or the configured one)
+	vhostNote                       string // how the vhost was obtained, for the user
+}
+
+// databaseURL returns u with its database replaced by name.
+func databaseURL(u, name string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" {
+		return "", fmt.Errorf("%q is not a postgres:// URL", u)
+	}
+	p.Path = "/" + name
+	return p.String(), nil
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the configured server"
+	}
+	return u.Host
+}
+
+// pingPostgres connects to the server of dbURL (its "postgres" database).
+func pingPostgres(ctx context.Context, dbURL string) error {
+	admin, err := databaseURL(dbURL, "postgres")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+func pingRabbitMQ(amqpURL string) error {
+	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(3 * time.Second)})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// ensureServers checks that PostgreSQL (for each database URL) and RabbitMQ
+// answer. When one does not and `docker compose` is available it runs
+// `docker compose up -d postgres rabbitmq` and waits up to 90 s for both;
+// otherwise it returns an error that says what to start.
+func ensureServers(ctx context.Context, out io.Writer, dbURLs []string, amqpURL string) error {
+	problems := func() []string {
+		var p []string
+		seen := map[string]bool{}
+		for _, u := range dbURLs {
+			if h := hostOf(u); !seen[h] {
+				seen[h] = true
+				if err := pingPostgres(ctx, u); err != nil {
+					p = append(p, fmt.Sprintf("PostgreSQL at %s: %v", h, err))
+				}
+			}
+		}
+		if err := pingRabbitMQ(amqpURL); err != nil {
+			p = append(p, fmt.Sprintf("RabbitMQ at %s: %v", hostOf(amqpURL), err))
+		}
+		return p
+	}
+	p := problems()
+	if len(p) == 0 {
+		return nil
+	}
+	for _, line := range p {
+		fmt.Fprintf(out, "      %s\n", line)
+	}
+	if exec.CommandContext(ctx, "docker", "compose", "version").Run() != nil {
+		return fmt.Errorf("%s\nstart PostgreSQL and RabbitMQ first (for example `docker compose up -d postgres rabbitmq`),\n"+
+			"or point ORDER_DATABASE_URL, STOCK_DATABASE_URL, SHIPPING_DATABASE_URL and AMQP_URL at running servers",
+			strings.Join(p, "\n"))
+	}
+	fmt.Fprintln(out, "  running `docker compose up -d postgres rabbitmq` ...")
+	cmd := exec.CommandContext(ctx, "docker", "compose", "up", "-d", "postgres", "rabbitmq")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker compose up -d postgres rabbitmq: %w\n%s", err, b)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if p = problems(); len(p) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still not answering 90 s after docker compose up:\n%s", strings.Join(p, "\n"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// recreateDatabase drops the database of dbURL (closing its connections);
+// `migrate` creates it again.
+func recreateDatabase(ctx context.Context, dbURL string) error {
+	p, err := url.Parse(dbURL)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimPrefix(p.Path, "/")
+	admin, err := databaseURL(dbURL, "postgres")
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	return nil
+}
+
+// freshVhost deletes and re-creates vhost on the broker of amqpURL, grants
+// the URL's user every right on it, and returns the AMQP URL that opens it.
+// It uses the management HTTP API (port 15672, same credentials) when it
+// answers, else rabbitmqctl on this machine. When neither works it returns
+// amqpURL unchanged with a note: the demo then runs in the configured vhost,
+// and purges the queues it reads so that the counts start at zero.
+func freshVhost(ctx context.Context, amqpURL, vhost string) (string, string, error) {
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		return "", "", fmt.Errorf("AMQP_URL: %w", err)
+	}
+	user := u.User.Username()
+	admin := &url.URL{Scheme: "http", User: u.User, Host: net.JoinHostPort(u.Hostname(), "15672")}
+	var how string
+	switch {
+	case managementAnswers(ctx, admin.String()):
+		for _, c := range []struct{ method, path, body string }{
+			{http.MethodDelete, "/api/vhosts/" + url.PathEscape(vhost), ""},
+			{http.MethodPut, "/api/vhosts/" + url.PathEscape(vhost), ""},
+			{http.MethodPut, "/api/permissions/" + url.PathEscape(vhost) + "/" + url.PathEscape(user), `{"configure":".*","write":".*","read":".*"}`},
+		} {
+			if err := adminCall(ctx, admin.String(), c.method, c.path, c.body); err != nil {
+				return "", "", err
+			}
+		}
+		how = "management API"
+	case rabbitmqctl(ctx, "status") == nil:
+		_ = rabbitmqctl(ctx, "delete_vhost", vhost) // absent on the first run
+		if err := rabbitmqctl(ctx, "add_vhost", vhost); err != nil {
+			return "", "", err
+		}
+		if err := rabbitmqctl(ctx, "set_permissions", "-p", vhost, user, ".*", ".*", ".*"); err != nil {
+			return "", "", err
+		}
+		how = "rabbitmqctl"
+	default:
+		return amqpURL, "no management API or rabbitmqctl to make a fresh vhost: using AMQP_URL's vhost as it is", nil
+	}
+	u.Path = "/" + vhost
+	u.RawPath = "/" + url.PathEscape(vhost)
+	return u.String(), fmt.Sprintf("fresh vhost %q (made with %s)", vhost, how), nil
+}
+
+func managementAnswers(ctx context.Context, admin string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/api/overview", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func adminCall(ctx context.Context, admin, method, path, body string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, admin+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && !(method == http.MethodDelete && resp.StatusCode == http.StatusNotFound) {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+	}
+	return nil
+}
+
+func rabbitmqctl(ctx context.Context, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// purgeQueues empties the named queues that exist, for a run in a shared vhost.
+func purgeQueues(amqpURL string, queues ...string) error {
+	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(3 * time.Second)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var errs []error
+	for _, q := range queues {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		if _, err := ch.QueuePurge(q, false); err != nil {
+			var aerr *amqp091.Error
+			if !errors.As(err, &aerr) || aerr.Code != amqp091.NotFound {
+				errs = append(errs, fmt.Errorf("purge %s: %w", q, err))
+			}
+			continue
+		}
+		_ = ch.Close()
+	}
+	return errors.Join(errs...)
+}
