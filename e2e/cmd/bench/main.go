@@ -22,7 +22,7 @@
 //	-duration D        length of each latency run (default 30s)
 //	-relay-rows N      outbox rows of the relay comparison (default 50000)
 //	-consumer-events N events queued for each consumer run (default 20000)
-//	-tuned-workers N   the second STOCK_WORKERS setting (default 16)
+//	-tuned-workers N   the second STOCK_WORKERS setting (default 64)
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
 //	-only LIST         run only these steps: broker,relay,consumer,latency,growth
 //	-v                 show the warnings of the in-process relay
@@ -83,7 +83,7 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 1s)")
 	relayRows := fs.Int("relay-rows", 0, "outbox rows of the relay comparison (default 50000)")
 	events := fs.Int("consumer-events", 0, "events queued for each consumer run (default 20000)")
-	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 16)")
+	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 64)")
 	growth := fs.String("growth", "", "comma-separated table sizes of the growth runs (default 10000,100000,1000000)")
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
 	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))

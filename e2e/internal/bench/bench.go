@@ -77,7 +77,7 @@ func DefaultSizes() Sizes {
 		DBDuration:           5 * time.Second,
 		ConsumerEvents:       20_000,
 		DefaultWorkers:       32,
-		TunedWorkers:         16,
+		TunedWorkers:         64,
 		LatencyRate:          200,
 		LatencyDuration:      30 * time.Second,
 		GrowthRows:           []int{10_000, 100_000, 1_000_000},

@@ -154,6 +154,7 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 
 	measured := ids[warmupOrders:]
 	sent := make([]time.Time, len(measured))
+	answered := make([]time.Duration, len(measured))
 	errs := make(chan error, len(measured))
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(s.LatencyRate)
@@ -171,12 +172,13 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 			if err := c.place(ctx, id); err != nil {
 				errs <- err
 			}
+			answered[i] = time.Since(sent[i])
 		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, err
+		return nil, fmt.Errorf("%w; order API output:\n%s", err, tail(sys.OrderAPI.Output(), 4000))
 	}
 	if err := w.waitFor(ctx, measured, 60*time.Second); err != nil {
 		return nil, err
@@ -186,7 +188,18 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 		lat[i] = w.at(id).Sub(sent[i])
 	}
 	slices.Sort(lat)
+	slices.Sort(answered)
+	e.progress("   (POST place answered in p50 %.1f ms, p99 %.1f ms; placing took %s for %s of schedule)",
+		percentile(answered, 0.5), percentile(answered, 0.99), time.Since(start).Round(time.Millisecond), s.LatencyDuration)
 	return lat, nil
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
 }
 
 func execSQL(ctx context.Context, dbURL, sql string) error {
