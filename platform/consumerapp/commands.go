@@ -1,0 +1,141 @@
+package consumerapp
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/config"
+	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/migrate"
+	"example.com/shop/platform/pg"
+)
+
+// serve runs the HTTP API and the consumer of spec.Queue until ctx ends or one of them
+// fails, then stops both. Start-up reads top to bottom: database, broker (declaring
+// Topology), inbox with the service's handlers (DESIGN.md rule 3), consumer, HTTP with
+// readiness checks on both. It returns nil after a clean shutdown.
+func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) error {
+	logger.Info("starting", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
+		slog.String("amqp", config.MaskURL(cfg.AMQPURL)), slog.String("http_addr", cfg.HTTPAddr),
+		slog.Int("workers", cfg.Workers), slog.Int("prefetch", cfg.Prefetch),
+		slog.Int("inbox_group", cfg.InboxGroup), slog.Int("inbox_tx", cfg.InboxTx),
+		slog.Int("max_attempts", cfg.MaxAttempts), slog.Any("retry_delays", cfg.RetryDelays))
+
+	pool, err := pg.NewPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, Topology(spec.Queue, cfg.RetryDelays), logger,
+		amqp.Options{Name: spec.Name})
+	if err != nil {
+		return fmt.Errorf("connect to the broker: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+
+	validator, err := contracts.NewValidator()
+	if err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry()
+	ib := inbox.New(pool, spec.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+	spec.Register(ib, logger)
+	consumer, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
+		Queue:       spec.Queue.Name,
+		Name:        spec.Name,
+		Workers:     cfg.Workers,
+		Prefetch:    cfg.Prefetch,
+		MaxAttempts: cfg.MaxAttempts,
+		RetryDelays: cfg.RetryDelays,
+	}, ib.HandleDelivery, logger, reg)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+
+	router := httpx.NewRouter(logger, reg,
+		httpx.Check{Name: "postgres", Fn: pool.Ping},
+		httpx.Check{Name: "rabbitmq", Fn: func(context.Context) error { return conn.Ready() }},
+	)
+	if spec.Routes != nil {
+		spec.Routes(router, pool, logger)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- wrap("consumer", consumer.Run(ctx)) }()
+	go func() { errc <- wrap("http", httpx.Serve(ctx, cfg.HTTPAddr, router, logger)) }()
+	first := <-errc
+	cancel() // one part stopped: stop the other
+	err = errors.Join(first, <-errc)
+	logger.Info("stopped", slog.Any("error", err))
+	return err
+}
+
+// wrap names the part of serve that failed; nil stays nil.
+func wrap(part string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", part, err)
+	}
+	return nil
+}
+
+// migrateDB creates the database if it is missing and applies spec.Migrations,
+// listing the ones it applied on stdout.
+func migrateDB(ctx context.Context, spec Spec, cfg Settings, stdout io.Writer) error {
+	applied, err := migrate.Up(ctx, cfg.DatabaseURL, spec.Migrations)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
+	}
+	for _, m := range applied {
+		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
+	}
+	fmt.Fprintf(stdout, "%s database is up to date (%d migrations applied now)\n", spec.Name, len(applied))
+	return nil
+}
+
+// purgeInbox deletes the service's processed_event keys older than --older-than
+// (DESIGN.md rule 5), refusing a missing or negative horizon and one below
+// INBOX_MIN_RETENTION: a key must outlive every copy of its message (retries,
+// dead-letter replays), or that copy would be applied again.
+func purgeInbox(ctx context.Context, spec Spec, cfg Settings, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("purge-inbox", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	olderThan := fs.Duration("older-than", 0, "delete keys processed longer ago than this (e.g. 720h)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("purge-inbox: unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case *olderThan <= 0:
+		return errors.New("purge-inbox: --older-than DURATION is required and positive (e.g. --older-than 720h)")
+	case *olderThan < cfg.MinRetention:
+		return fmt.Errorf("purge-inbox: --older-than %s is shorter than INBOX_MIN_RETENTION (%s): "+
+			"keys must be kept longer than any copy of a message can come back (retries, dead-letter replays)",
+			*olderThan, cfg.MinRetention)
+	}
+	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	start := time.Now()
+	n, err := inbox.Purge(ctx, pool, spec.Name, *olderThan)
+	if err != nil {
+		return fmt.Errorf("purge-inbox: %d keys deleted before the failure: %w", n, err)
+	}
+	fmt.Fprintf(stdout, "purged %d processed_event keys older than %s in %s\n", n, *olderThan, time.Since(start).Round(time.Millisecond))
+	return nil
+}

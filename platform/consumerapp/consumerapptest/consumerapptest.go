@@ -1,0 +1,175 @@
+// Package consumerapptest runs a consuming service's `serve` in-process for tests, on
+// a free local port against the real PostgreSQL and RabbitMQ, and publishes events to
+// it the way the relay does.
+package consumerapptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/testkit"
+)
+
+// Server is one `serve` running in the background.
+type Server struct {
+	// URL is the base URL of its HTTP API, "http://127.0.0.1:<port>".
+	URL string
+	// Logs holds what serve wrote to stderr: its JSON log lines.
+	Logs *testkit.Logs
+
+	amqpURL string
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
+}
+
+// Start runs consumerapp.Run for spec with the subcommand serve in the background,
+// reading vars as its environment with HTTP_ADDR set to a free local port, and
+// returns once GET /readyz answers 200, failing t after 60 s. The database in vars
+// must be migrated. Stop runs when the test ends unless the test called it.
+func Start(t testing.TB, spec consumerapp.Spec, vars map[string]string) *Server {
+	t.Helper()
+	addr := freeAddr(t)
+	env := map[string]string{"HTTP_ADDR": addr}
+	for k, v := range vars {
+		if k != "HTTP_ADDR" {
+			env[k] = v
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{URL: "http://" + addr, Logs: &testkit.Logs{}, amqpURL: env["AMQP_URL"], cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		s.done <- consumerapp.Run(ctx, spec, []string{spec.Name, "serve"},
+			func(k string) string { return env[k] }, io.Discard, s.Logs)
+	}()
+	t.Cleanup(func() {
+		s.Stop(t)
+		if t.Failed() {
+			t.Logf("%s serve logs:\n%s", spec.Name, s.Logs.Tail(8<<10))
+		}
+	})
+	GetJSON(t, s.URL+"/readyz", http.StatusOK, nil)
+	return s
+}
+
+// Stop cancels serve's context and waits for Run to return, at most 45 s. It fails t
+// when Run returned an error (a clean shutdown returns nil), when serve logged at
+// ERROR level, or when its logs show the broker's password. Later calls do nothing.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.cancel()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("serve returned %v after shutdown, want nil", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Error("serve did not stop within 45 s")
+	}
+	logs := s.Logs.String()
+	if strings.Contains(logs, `"level":"ERROR"`) {
+		t.Errorf("serve logged errors:\n%s", logs)
+	}
+	if u, err := url.Parse(s.amqpURL); err == nil {
+		if pw, ok := u.User.Password(); ok && strings.Contains(logs, ":"+pw+"@") {
+			t.Error("serve's logs show the broker password")
+		}
+	}
+}
+
+// Publish publishes env to app.events on the broker at amqpURL as the relay does:
+// routing key and type the event name, message id the event id, persistent, confirmed
+// by the broker within 10 s. It declares the exchanges of amqp.DefaultTopology, no
+// queue.
+func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	body, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := amqp.DefaultTopology()
+	topo.Queues = nil
+	conn, err := amqp.Dial(ctx, amqpURL, topo, nil)
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	defer func() { _ = conn.Close() }()
+	pub := amqp.NewPublisher(conn, topo.Exchange)
+	defer func() { _ = pub.Close() }()
+	err = pub.PublishOne(ctx, amqp.Message{
+		RoutingKey: env.EventName, Type: env.EventName, MessageID: env.EventID.String(), Body: body,
+	}, 10*time.Second)
+	if err != nil {
+		t.Fatalf("publish %s: %v", env.EventName, err)
+	}
+}
+
+// GetJSON polls url every 20 ms until it answers the status want, failing t after
+// 60 s (a hang guard, not a speed assertion), and decodes the body into dst unless
+// dst is nil.
+func GetJSON(t testing.TB, url string, want int, dst any) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == want {
+				if dst != nil {
+					if err := json.Unmarshal(body, dst); err != nil {
+						t.Fatalf("GET %s: %s: %v", url, body, err)
+					}
+				}
+				return
+			}
+			err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: want %d, last: %v", url, want, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Get returns the status and body of GET url, failing t when the request fails.
+func Get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// freeAddr returns a local TCP address that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
