@@ -5,7 +5,8 @@
 //	stock migrate                         create the database if missing and apply migrations
 //	stock purge-inbox --older-than 720h   delete processed_event keys older than the horizon
 //
-// Configuration is read from the environment; see config.go.
+// The commands and settings are those of consumerapp.Run (STOCK_* variables, see
+// consumerapp.Settings); spec.go holds what is the stock service's own.
 package main
 
 import (
@@ -14,11 +15,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"example.com/shop/platform/consumerapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	err := consumerapp.Run(ctx, spec(), os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)

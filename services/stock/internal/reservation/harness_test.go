@@ -1,13 +1,11 @@
 package reservation_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/testkit"
@@ -24,7 +23,7 @@ import (
 	"example.com/shop/services/stock/migrations"
 )
 
-// The defaults of bin/stock serve (cmd/stock/config.go), used unless a test says otherwise.
+// The defaults of bin/stock serve (cmd/stock/spec.go), used unless a test says otherwise.
 const (
 	serviceWorkers = 32 // STOCK_WORKERS
 	serviceGroup   = 16 // STOCK_INBOX_GROUP
@@ -43,7 +42,7 @@ type system struct {
 	topo      amqp.Topology
 	validator *contracts.Validator
 	pub       *amqp.Publisher
-	logs      *syncBuffer // every log line of every consumer, JSON
+	logs      *testkit.Logs // every log line of every consumer, JSON
 	logger    *slog.Logger
 }
 
@@ -57,9 +56,11 @@ func newSystem(t testing.TB) *system {
 	}
 	s := &system{
 		t: t, ctx: ctx, pool: pool, amqpURL: testkit.NewVhost(t),
-		topo: reservation.Topology(testDelays), validator: v, logs: &syncBuffer{},
+		topo: consumerapp.Topology(reservation.Queue(), testDelays), validator: v,
 	}
-	s.logger = logging.New(s.logs, slog.LevelDebug, "stock")
+	var logger *slog.Logger
+	logger, s.logs = testkit.Logger(t)
+	s.logger = logger.With(slog.String(logging.KeyService, reservation.Consumer))
 	conn := s.dial("publisher")
 	s.pub = amqp.NewPublisher(conn, s.topo.Exchange)
 	t.Cleanup(func() { _ = s.pub.Close() })
@@ -196,7 +197,7 @@ func (s *system) eventually(what string, cond func() bool) {
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out waiting until %s\nlogs:\n%s", what, s.logs.tail(4000))
+			s.t.Fatalf("timed out waiting until %s\nlogs:\n%s", what, s.logs.Tail(4000))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -260,32 +261,6 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the shared log sink).
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }
 
 var errHook = errors.New("test hook failure")

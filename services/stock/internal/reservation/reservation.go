@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
 )
 
@@ -25,6 +26,17 @@ type Reservation struct {
 	LineNo    int // position of the line in the order, from 1
 	ProductID uuid.UUID
 	Quantity  string // decimal with three fraction digits, such as "2.000"
+}
+
+// Queue returns the stock service's queue: stock.events bound to the events Register
+// handles, with its dead-letter queue stock.events.dlq (DESIGN.md "Messaging"). It has
+// no retry delays; consumerapp.Topology adds the configured ones.
+func Queue() amqp.QueueSpec {
+	return amqp.QueueSpec{
+		Name:            contracts.QueueStock,
+		DeadLetterQueue: contracts.QueueStockDLQ,
+		RoutingKeys:     []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled},
+	}
 }
 
 // Register adds the stock handlers to ib: OnOrderPlaced for order.order.placed.v1 and
