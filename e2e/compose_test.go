@@ -4,8 +4,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"net"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -46,13 +46,13 @@ func TestComposeFile(t *testing.T) {
 
 	read := map[string]map[string]bool{} // program -> env names its source reads
 	shopNames := map[string]bool{}
-	for prog, dirs := range map[string][]string{
-		"order":    {"services/order", "platform"},
-		"stock":    {"services/stock", "platform"},
-		"shipping": {"services/shipping", "platform"},
-		"demo":     {"e2e/cmd/demo", "e2e/internal"},
+	for prog, pkg := range map[string]string{
+		"order":    "example.com/shop/services/order/cmd/order",
+		"stock":    "example.com/shop/services/stock/cmd/stock",
+		"shipping": "example.com/shop/services/shipping/cmd/shipping",
+		"demo":     "example.com/shop/e2e/cmd/demo",
 	} {
-		read[prog] = envNamesRead(t, root, dirs...)
+		read[prog] = envNamesRead(t, root, pkg, strings.ToUpper(prog)+"_")
 		if prog != "demo" {
 			for n := range read[prog] {
 				shopNames[n] = true
@@ -150,37 +150,52 @@ func checkPort(t *testing.T, name string, svc types.ServiceConfig) {
 	t.Errorf("service %s listens on %s but publishes %v", name, *addr, svc.Ports)
 }
 
-var envName = regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$`)
+var envName = regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$`)
 
-// envNamesRead returns the environment variable names the non-test Go code
-// under dirs (relative to root) reads: string literals of that shape passed
-// as the first argument of a call (env.String("X", ...), getenv("X")) or
-// assigned to a constant. platform/testkit is left out: no binary uses it.
-func envNamesRead(t *testing.T, root string, dirs ...string) map[string]bool {
+// envNamesRead returns the environment variable names that the non-test Go
+// files of pkg and of every package of this repository it depends on read:
+// string literals of that shape passed as the first argument of a call
+// (env.String("X", ...), getenv("X")) or given to a constant. A name built
+// as prefix + "SUFFIX" (the services' own variables, such as STOCK_WORKERS)
+// counts as the program's prefix followed by SUFFIX.
+func envNamesRead(t *testing.T, root, pkg, prefix string) map[string]bool {
 	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.Dir}}", pkg)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
 	names := map[string]bool{}
-	fset := token.NewFileSet()
 	lit := func(e ast.Expr) {
+		name := prefix
+		if b, ok := e.(*ast.BinaryExpr); ok && b.Op == token.ADD {
+			e = b.Y
+		} else {
+			name = ""
+		}
 		if bl, ok := e.(*ast.BasicLit); ok && bl.Kind == token.STRING {
-			if s, err := strconv.Unquote(bl.Value); err == nil && envName.MatchString(s) {
-				names[s] = true
+			if s, err := strconv.Unquote(bl.Value); err == nil && envName.MatchString(name+s) && strings.Contains(name+s, "_") {
+				names[name+s] = true
 			}
 		}
 	}
-	for _, dir := range dirs {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && (d.Name() == "testkit" || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return nil
+	fset := token.NewFileSet()
+	for _, dir := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(dir, root+string(filepath.Separator)) {
+			continue // the standard library and third-party modules
+		}
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range files {
+			if strings.HasSuffix(p, "_test.go") {
+				continue
 			}
 			f, err := parser.ParseFile(fset, p, nil, 0)
 			if err != nil {
-				return err
+				t.Fatalf("parse %s: %v", p, err)
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
@@ -195,10 +210,6 @@ func envNamesRead(t *testing.T, root string, dirs ...string) map[string]bool {
 				}
 				return true
 			})
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("scan %s: %v", dir, err)
 		}
 	}
 	return names
