@@ -6,7 +6,8 @@
 //	shipping migrate                         create the database if missing and apply migrations
 //	shipping purge-inbox --older-than 720h   delete processed_event keys older than the horizon
 //
-// Configuration is read from the environment; see config.go.
+// The commands and settings are those of consumerapp.Run (SHIPPING_* variables, see
+// consumerapp.Settings); spec.go holds what is the shipping service's own.
 package main
 
 import (
@@ -15,11 +16,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"example.com/shop/platform/consumerapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	err := consumerapp.Run(ctx, spec(), os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shipping:", err)

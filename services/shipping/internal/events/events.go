@@ -24,6 +24,17 @@ import (
 // Consumer is the name shipping records its processed_event keys under.
 const Consumer = "shipping"
 
+// Queue returns the shipping service's queue: shipping.events bound to the events
+// Register handles, with its dead-letter queue shipping.events.dlq (DESIGN.md
+// "Messaging"). It has no retry delays; consumerapp.Topology adds the configured ones.
+func Queue() amqp.QueueSpec {
+	return amqp.QueueSpec{
+		Name:            contracts.QueueShipping,
+		DeadLetterQueue: contracts.QueueShippingDLQ,
+		RoutingKeys:     []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled},
+	}
+}
+
 // Register adds the shipping handlers to in: order.order.placed.v1 records the
 // status placed, order.order.cancelled.v1 the status cancelled, each through
 // store.Apply (DESIGN.md rule 4). Stale events are logged to logger at info
