@@ -124,16 +124,17 @@ func TestServe(t *testing.T) {
 				"SAMPLE_INBOX_GROUP":  group,
 				"SAMPLE_RETRY_DELAYS": "50ms,100ms",
 			}
-			if err := run(t, spec, vars, io.Discard, "migrate"); err != nil {
-				t.Fatalf("migrate: %v", err)
-			}
+			consumerapptest.Migrate(t, spec, vars)
 			srv := consumerapptest.Start(t, spec, vars)
 
-			p := contracts.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
-				Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}}}
-			consumerapptest.Publish(t, amqpURL, envelope(t, contracts.EventOrderPlaced, p))
+			placed, p := consumerapptest.Placed(t, "2.000")
+			consumerapptest.Publish(t, amqpURL, placed)
 			p.Version = 3
-			consumerapptest.Publish(t, amqpURL, envelope(t, contracts.EventOrderCancelled, contracts.OrderCancelled(p)))
+			cancelled, err := contracts.NewEnvelope(contracts.EventOrderCancelled, contracts.ProducerOrder, "corr", contracts.OrderCancelled(p), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumerapptest.Publish(t, amqpURL, cancelled)
 
 			var seen []string
 			deadline := time.Now().Add(60 * time.Second)
@@ -163,15 +164,6 @@ func TestServe(t *testing.T) {
 			}
 		})
 	}
-}
-
-func envelope(t testing.TB, name string, payload any) contracts.Envelope {
-	t.Helper()
-	e, err := contracts.NewEnvelope(name, contracts.ProducerOrder, "corr-"+uuid.NewString(), payload, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
 }
 
 func TestMigrate(t *testing.T) {

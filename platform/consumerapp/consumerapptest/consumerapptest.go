@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/consumerapp"
@@ -90,6 +92,33 @@ func (s *Server) Stop(t testing.TB) {
 			t.Error("serve's logs show the broker password")
 		}
 	}
+}
+
+// Migrate runs the subcommand migrate of spec with vars as the environment, failing t
+// when it returns an error, and returns what it printed.
+func Migrate(t testing.TB, spec consumerapp.Spec, vars map[string]string) string {
+	t.Helper()
+	var out strings.Builder
+	err := consumerapp.Run(testkit.Context(t), spec, []string{spec.Name, "migrate"},
+		func(k string) string { return vars[k] }, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("%s migrate: %v", spec.Name, err)
+	}
+	return out.String()
+}
+
+// Placed returns a valid order.order.placed.v1 envelope, as the order service writes
+// it, of a new order at version 2 with one line of quantity (a decimal string such as
+// "2.000"), and its payload.
+func Placed(t testing.TB, quantity string) (contracts.Envelope, contracts.OrderPlaced) {
+	t.Helper()
+	p := contracts.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: quantity}}}
+	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr-"+uuid.NewString(), p, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, p
 }
 
 // Publish publishes env to app.events on the broker at amqpURL as the relay does:
