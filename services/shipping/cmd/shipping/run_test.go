@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/consumerapp/consumerapptest"
@@ -37,23 +33,13 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	var out bytes.Buffer
-	if err := consumerapp.Run(testkit.Context(t), spec(), []string{"shipping", "migrate"}, envOf(vars), &out, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if !strings.Contains(out.String(), "shipping database is up to date (3 migrations applied now)") {
-		t.Errorf("migrate said %q", out.String())
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "shipping database is up to date (3 migrations applied now)") {
+		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)
 
-	orderID := uuid.New()
-	envl, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr-1", contracts.OrderPlaced{
-		OrderID: orderID, CustomerID: uuid.New(), Version: 2,
-		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}},
-	}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	envl, p := consumerapptest.Placed(t, "1.000")
+	orderID := p.OrderID
 	consumerapptest.Publish(t, amqpURL, envl)
 
 	var status struct {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/consumerapp/consumerapptest"
@@ -34,23 +30,13 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 		"AMQP_URL":           amqpURL,
 		"STOCK_RETRY_DELAYS": "50ms,100ms",
 	}
-	var out bytes.Buffer
-	if err := consumerapp.Run(testkit.Context(t), spec(), []string{"stock", "migrate"}, env(vars), &out, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if !strings.Contains(out.String(), "stock database is up to date (2 migrations applied now)") {
-		t.Errorf("migrate said %q", out.String())
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "stock database is up to date (2 migrations applied now)") {
+		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)
 
-	orderID := uuid.New()
-	e, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
-		OrderID: orderID, CustomerID: uuid.New(), Version: 2,
-		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
-	}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, p := consumerapptest.Placed(t, "2.000")
+	orderID := p.OrderID
 	consumerapptest.Publish(t, amqpURL, e)
 
 	var list []map[string]string
