@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/pg"
@@ -29,8 +30,8 @@ type Option func(*Inbox)
 // other's keys), then the handlers of each new event run. When a handler fails, the
 // group is rolled back: that event gets the handler's error (and is retried by the
 // runtime), the others are processed again, each in a transaction of its own. Any
-// other failure of the group (a deadlock, a lost connection) has them all processed
-// again one by one. A copy of an event that appears twice in one group is a duplicate
+// other failure of the group (a deadlock or serialization failure, even one a handler
+// reported, a lost connection) has them all processed again one by one. A copy of an event that appears twice in one group is a duplicate
 // of the first.
 //
 // Group commit pays off when many deliveries are handled at once (consumer workers well
@@ -192,6 +193,9 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 			}
 			delete(fresh, r.env.EventID) // a later copy in this group is a duplicate
 			if err := runHandlers(ctx, tx, r.env, r.handlers); err != nil {
+				if isContention(err) {
+					return err // the group's own conflict: every member is redone alone
+				}
 				failed, failedErr = n, err
 				return errGroupFailed
 			}
@@ -212,6 +216,16 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		}
 		r.finish(i.processOne(ctx, r.env, r.handlers))
 	}
+}
+
+// isContention reports whether err is PostgreSQL giving up on the transaction
+// because of concurrent ones (deadlock_detected 40P01, serialization_failure 40001).
+// Handlers of different events in one group lock rows in the group's order, which
+// another group may take in the opposite order; such a failure belongs to the group,
+// not to the event whose handler happened to see it.
+func isContention(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
 // insertKeys is insertKey for a group: sorted ids, so that concurrent groups take the

@@ -1,12 +1,21 @@
--- Stock held for placed orders: one row per order line. Cancelling an order deletes
--- its rows; cancelled_order remembers the cancellation, so that a placed event that
--- arrives after its order's cancellation (a retried delivery overtaken by the cancel)
--- reserves nothing.
+-- Stock held for placed orders: one row per order line. order_status is stock's
+-- versioned copy of each order's status (DESIGN.md rule 4, as in shipping): an event
+-- changes reservations only when its version wins the upsert on that row. The row
+-- lock taken by the upsert also serialises the placed and cancelled events of one
+-- order, so a cancel processed at the same moment as its place, or a retried place
+-- delivered after its cancel, never leaves stock held for a cancelled order.
 
 -- +goose Up
+CREATE TABLE order_status (
+    order_id   uuid        PRIMARY KEY,
+    status     text        NOT NULL CHECK (status IN ('placed', 'cancelled')),
+    version    integer     NOT NULL CHECK (version >= 1),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
 CREATE TABLE reservation (
     id         uuid          PRIMARY KEY,           -- UUID v7
-    order_id   uuid          NOT NULL,
+    order_id   uuid          NOT NULL REFERENCES order_status (order_id),
     line_no    integer       NOT NULL CHECK (line_no >= 1),  -- position of the line in the order, from 1
     product_id uuid          NOT NULL,
     quantity   numeric(12,3) NOT NULL CHECK (quantity > 0),
@@ -15,12 +24,6 @@ CREATE TABLE reservation (
     CONSTRAINT reservation_order_line_key UNIQUE (order_id, line_no)
 );
 
-CREATE TABLE cancelled_order (
-    order_id     uuid        PRIMARY KEY,
-    version      integer     NOT NULL CHECK (version >= 1),  -- the order's version in the cancel event
-    cancelled_at timestamptz NOT NULL DEFAULT now()
-);
-
 -- +goose Down
-DROP TABLE cancelled_order;
 DROP TABLE reservation;
+DROP TABLE order_status;

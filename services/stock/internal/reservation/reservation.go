@@ -6,6 +6,7 @@ package reservation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -46,21 +47,48 @@ func Register(ib *inbox.Inbox) {
 	ib.Register(contracts.EventOrderCancelled, OnOrderCancelled)
 }
 
-// reserve inserts one reservation per line in one statement, unless the order was
-// cancelled at a version after this one (the cancel event overtook this event).
+// applyStatus is the versioned upsert of DESIGN.md rule 4 on stock's copy of the
+// order's status: it writes ($2, $3) only when no row exists or the stored version is
+// older, and returns a row only then. Two transactions that upsert the same order
+// take turns on its row (or on its key, for a new row), so the statement that
+// follows it in the same transaction runs only after any concurrent event of the
+// same order has committed or rolled back.
+const applyStatus = `INSERT INTO order_status (order_id, status, version) VALUES ($1, $2, $3)
+ON CONFLICT (order_id) DO UPDATE
+    SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = now()
+    WHERE order_status.version < EXCLUDED.version
+RETURNING true`
+
+// won runs applyStatus and reports whether this event's version was applied.
+func won(ctx context.Context, tx pgx.Tx, orderID uuid.UUID, status string, version int) (bool, error) {
+	var applied bool
+	err := tx.QueryRow(ctx, applyStatus, orderID, status, version).Scan(&applied)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // an equal or newer version is already there
+	}
+	if err != nil {
+		return false, fmt.Errorf("order %s status %s v%d: %w", orderID, status, version, err)
+	}
+	return applied, nil
+}
+
 const reserve = `INSERT INTO reservation (id, order_id, line_no, product_id, quantity)
 SELECT l.id, $1, l.line_no, l.product_id, l.quantity::numeric
-FROM unnest($2::uuid[], $3::uuid[], $4::text[]) WITH ORDINALITY AS l(id, product_id, quantity, line_no)
-WHERE NOT EXISTS (SELECT 1 FROM cancelled_order c WHERE c.order_id = $1 AND c.version > $5)`
+FROM unnest($2::uuid[], $3::uuid[], $4::text[]) WITH ORDINALITY AS l(id, product_id, quantity, line_no)`
 
-// OnOrderPlaced is the inbox.Handler of order.order.placed.v1: it reserves each line of
-// the order, one row per line, in tx. Running it twice for one order fails on the
-// unique (order_id, line_no) constraint; the inbox makes sure it runs once per event.
-// An order already cancelled at a later version gets no reservation.
+// OnOrderPlaced is the inbox handler of order.order.placed.v1: when the event's
+// version wins stock's order_status row, it reserves each line of the order (one
+// reservation row per line, UUID v7 ids); a stale event (its order already cancelled
+// at a newer version) reserves nothing. It runs in the inbox transaction (DESIGN.md
+// rule 3) and returns the database error, if any, for the runtime to retry.
 func OnOrderPlaced(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderPlaced
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
 		return fmt.Errorf("decode %s payload: %w", env.EventName, err)
+	}
+	ok, err := won(ctx, tx, p.OrderID, "placed", p.Version)
+	if err != nil || !ok {
+		return err
 	}
 	ids := make([]uuid.UUID, len(p.Lines))
 	products := make([]uuid.UUID, len(p.Lines))
@@ -72,35 +100,32 @@ func OnOrderPlaced(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error
 		}
 		ids[n], products[n], quantities[n] = id, l.ProductID, l.Quantity
 	}
-	if _, err := tx.Exec(ctx, reserve, p.OrderID, ids, products, quantities, p.Version); err != nil {
+	if _, err := tx.Exec(ctx, reserve, p.OrderID, ids, products, quantities); err != nil {
 		return fmt.Errorf("reserve order %s: %w", p.OrderID, err)
 	}
 	return nil
 }
 
-// release records the cancellation (keeping the highest version) and deletes the
-// order's reservations.
-const release = `WITH cancelled AS (
-    INSERT INTO cancelled_order (order_id, version) VALUES ($1, $2)
-    ON CONFLICT (order_id) DO UPDATE SET version = greatest(cancelled_order.version, EXCLUDED.version)
-)
-DELETE FROM reservation WHERE order_id = $1`
-
-// OnOrderCancelled is the inbox.Handler of order.order.cancelled.v1: it deletes every
-// reservation of the order in tx and remembers the cancellation, so a placed event
-// delivered later reserves nothing.
+// OnOrderCancelled is the inbox handler of order.order.cancelled.v1: when the
+// event's version wins stock's order_status row, it releases (deletes) the order's
+// reservations. The delete is a statement of its own after the upsert, so under READ
+// COMMITTED it sees the reservations of a placed event that committed while this
+// transaction waited for the order's row.
 func OnOrderCancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderCancelled
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
 		return fmt.Errorf("decode %s payload: %w", env.EventName, err)
 	}
-	if _, err := tx.Exec(ctx, release, p.OrderID, p.Version); err != nil {
+	ok, err := won(ctx, tx, p.OrderID, "cancelled", p.Version)
+	if err != nil || !ok {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM reservation WHERE order_id = $1`, p.OrderID); err != nil {
 		return fmt.Errorf("release order %s: %w", p.OrderID, err)
 	}
 	return nil
 }
 
-// Querier runs a query; *pgxpool.Pool and pgx.Tx satisfy it.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
