@@ -206,12 +206,15 @@ func observe(logger *slog.Logger, m requestMetrics) func(http.Handler) http.Hand
 				m.requests.WithLabelValues(method, route, code).Inc()
 				m.duration.WithLabelValues(method, route, code).Observe(elapsed.Seconds())
 
+				// Probes are logged at debug level whatever their answer: a
+				// failing readiness check is logged (warn) by the check itself,
+				// and a 503 while a process starts is expected.
 				level := slog.LevelInfo
 				switch {
-				case status >= 500:
-					level = slog.LevelError
 				case route == "/healthz" || route == "/readyz" || route == "/metrics":
 					level = slog.LevelDebug
+				case status >= 500:
+					level = slog.LevelError
 				}
 				logger.LogAttrs(r.Context(), level, "http request",
 					slog.String("request_id", middleware.GetReqID(r.Context())),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -79,6 +80,7 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
 		<-ctx.Done()
+		d.ui.plain("stopping the processes")
 	}
 	return nil
 }
@@ -133,6 +135,7 @@ func (d *demo) migrate(ctx context.Context) error {
 		StockDBURL:    d.srv.stockURL,
 		ShippingDBURL: d.srv.shippingURL,
 		AMQPURL:       d.srv.amqpURL,
+		Addrs:         d.addrs(),
 	})
 	if err != nil {
 		return err
@@ -152,6 +155,29 @@ func (d *demo) migrate(ctx context.Context) error {
 	d.ui.say("bin/order migrate, bin/stock migrate, bin/shipping migrate: done")
 	d.dbs, err = check.Open(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL)
 	return err
+}
+
+// standardAddrs are the ports the README's examples use.
+var standardAddrs = map[string]string{
+	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "relay": "127.0.0.1:8084",
+}
+
+// addrs returns the standard ports when the system is kept running and all
+// of them are free, so that the README's curl examples work against it;
+// otherwise nil (free ports chosen by the harness).
+func (d *demo) addrs() map[string]string {
+	if !d.s.keep {
+		return nil
+	}
+	for _, addr := range standardAddrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			d.ui.say("port %s is taken, so the processes get free ports instead", addr)
+			return nil
+		}
+		ln.Close()
+	}
+	return standardAddrs
 }
 
 func (d *demo) start(ctx context.Context) error {
@@ -499,7 +525,7 @@ func (d *demo) relayCrash(ctx context.Context) error {
 		return err
 	}
 	pubK, _, keysK := d.counts(ctx)
-	d.ui.say("relay started, then killed with SIGKILL mid-batch: stock had processed %d new events, outbox marked %d/%d published",
+	d.ui.say("relay started, then killed with SIGKILL mid-batch: new events processed by stock so far: %d, outbox rows marked %d/%d published",
 		keysK-keys0, pubK-pub0, backlog)
 	time.Sleep(500 * time.Millisecond)
 	rctx, cancel := context.WithTimeout(ctx, maxWait)
@@ -565,9 +591,9 @@ func (d *demo) summary(ctx context.Context) error {
 		verdict = fmt.Sprintf("FAILED (%d)", len(r.Problems)+r.MoreProblems)
 	}
 	d.ui.table([]row{
-		{"orders placed", itoa(r.Orders["placed"]), ""},
-		{"orders cancelled", itoa(r.Orders["cancelled"]), ""},
-		{"events written (outbox)", itoa(r.OutboxEvents), "placed + cancelled events"},
+		{"orders placed", itoa(r.Orders["placed"]), "status placed now"},
+		{"orders cancelled", itoa(r.Orders["cancelled"]), "placed, then cancelled"},
+		{"events written (outbox)", itoa(r.OutboxEvents), "one event per place and per cancel"},
 		{"events published", itoa(r.OutboxPublished), "confirmed by the broker, published_at set"},
 		{"events processed by stock", itoa(r.StockProcessed), "processed_event keys"},
 		{"events processed by shipping", itoa(r.ShippingProcessed), "processed_event keys"},

@@ -19,6 +19,7 @@ type Config struct {
 	AMQPURL       string              // AMQP_URL (may name a vhost)
 	Env           []string            // KEY=VALUE added to every process
 	ProcessEnv    map[string][]string // KEY=VALUE added to one process, by name
+	Addrs         map[string]string   // HTTP address of a process, by name; a free 127.0.0.1 port when absent
 	Log           io.Writer           // receives every process's output, prefixed; nil to keep it in memory only
 }
 
@@ -51,9 +52,12 @@ func New(cfg Config) (*System, error) {
 }
 
 func (s *System) process(name, bin string, args ...string) (*Process, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, fmt.Errorf("%s: free port: %w", name, err)
+	addr := s.cfg.Addrs[name]
+	if addr == "" {
+		var err error
+		if addr, err = FreeAddr(); err != nil {
+			return nil, fmt.Errorf("%s: free port: %w", name, err)
+		}
 	}
 	env := append([]string{
 		"ORDER_DATABASE_URL=" + s.cfg.OrderDBURL,

@@ -39,6 +39,9 @@ func ParseQuantity(s string) (Quantity, error) {
 	if len(s) > maxQuantityInput {
 		return invalid(fmt.Sprintf("is longer than %d characters", maxQuantityInput))
 	}
+	if s[0] == '-' {
+		return invalid(fmt.Sprintf("%q is negative; a quantity must be greater than zero", s))
+	}
 	intPart, frac, hasPoint := strings.Cut(s, ".")
 	if intPart == "" || !allDigits(intPart) || (hasPoint && (frac == "" || !allDigits(frac))) {
 		return invalid(fmt.Sprintf("%q is not a plain decimal number such as \"2.000\"", s))
