@@ -161,6 +161,22 @@ func (c *Connection) declare(conn *amqp091.Connection) error {
 	return nil
 }
 
+// Redeclare declares the topology again on a channel of the live connection,
+// for a client that found an entity missing (deleted by an operator, say)
+// while the connection stayed up. It waits for a reconnect like Channel and
+// returns the broker's error when the declaration fails.
+func (c *Connection) Redeclare(ctx context.Context) error {
+	ch, err := c.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	if err := c.topo.Declare(ch); err != nil {
+		return fmt.Errorf("amqp declare topology: %w", err)
+	}
+	return nil
+}
+
 func (c *Connection) setDown(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

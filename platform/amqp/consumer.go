@@ -308,8 +308,15 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 		c.metrics.failures.Inc()
 		level := min(attempt, len(c.cfg.RetryDelays))
 		queue := RetryQueueName(c.cfg.Queue, c.cfg.RetryDelays[level-1])
-		if perr := c.retry.publishRaw(ctx, queue, retryCopy(d, c.cfg.AttemptHeader, attempt+1), c.cfg.RetryConfirmTimeout); perr != nil {
-			log.Error("retry publish failed, requeueing", slog.Any("error", err), slog.Any("publish_error", perr))
+		delay := c.cfg.RetryDelays[level-1]
+		if perr := c.publishRetry(ctx, queue, d, attempt); perr != nil {
+			// Nothing may be lost, so the delivery goes back to its queue; held
+			// for the retry delay first, so that a broken retry path (a deleted
+			// queue, a broker refusing publishes) slows redelivery to one per
+			// delay instead of a tight loop.
+			log.Error("retry publish failed, requeueing after the retry delay", slog.Any("error", err),
+				slog.Any("publish_error", perr), slog.Duration("delay", delay))
+			_ = sleep(ctx, nil, delay)
 			settle(log, "nack", d.Nack(false, true))
 			return
 		}
@@ -320,6 +327,21 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 }
 
 // call runs the handler, turning a panic into an ordinary (retried) error.
+// publishRetry publishes the copy of d for its next attempt to the retry queue
+// and waits for the broker's confirm. When the broker returns it (the retry
+// queue is missing), it declares the topology again and tries once more.
+func (c *Consumer) publishRetry(ctx context.Context, queue string, d *amqp091.Delivery, attempt int) error {
+	msg := retryCopy(d, c.cfg.AttemptHeader, attempt+1)
+	err := c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+	if !errors.Is(err, ErrReturned) {
+		return err
+	}
+	if derr := c.conn.Redeclare(ctx); derr != nil {
+		return errors.Join(err, derr)
+	}
+	return c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+}
+
 func (c *Consumer) call(ctx context.Context, d Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -376,3 +376,29 @@ func TestNoGoroutineLeak(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An operator deleted the retry queue: the consumer declares it again and the
+// retry still happens, instead of requeueing the delivery in a loop.
+func TestConsumerRedeclaresAMissingRetryQueue(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	q := topo.Queues[0]
+	if _, err := rawChannel(t).QueueDelete(RetryQueueName(q.Name, q.RetryDelays[0]), false, false, false); err != nil {
+		t.Fatalf("delete retry queue: %v", err)
+	}
+	rec := &recorder{fn: func(d Delivery) error {
+		if d.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}}
+	startConsumer(t, conn, ConsumerConfig{Queue: q.Name, MaxAttempts: 3, RetryDelays: q.RetryDelays}, rec.handle)
+	publishAll(t, conn, topo.Exchange, messages(1, "retry-path"))
+	eventually(t, 10*time.Second, "the second attempt succeeds", func() bool {
+		return rec.count(func(d Delivery) bool { return d.Attempt == 2 }) == 1
+	})
+	if n := rec.count(func(d Delivery) bool { return d.Attempt == 1 }); n != 1 {
+		t.Fatalf("first attempt delivered %d times, want 1 (no requeue loop)", n)
+	}
+}
