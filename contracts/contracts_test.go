@@ -273,6 +273,14 @@ func TestValidateRejects(t *testing.T) {
 		{name: "extra payload field", fn: func(m map[string]any) { payloadOf(m)["status"] = "placed" }, field: "payload.status", reason: "unknown field"},
 		{name: "extra line field", fn: func(m map[string]any) { firstLine(m)["price"] = "1.00" }, field: "payload.lines[0].price", reason: "unknown field"},
 		{name: "empty lines", fn: func(m map[string]any) { payloadOf(m)["lines"] = []any{} }, field: "payload.lines", reason: "must not be empty"},
+		{name: "101 lines", fn: func(m map[string]any) {
+			line := firstLine(m)
+			lines := make([]any, 101)
+			for i := range lines {
+				lines[i] = line
+			}
+			payloadOf(m)["lines"] = lines
+		}, field: "payload.lines"},
 		{name: "lines not an array", fn: func(m map[string]any) { payloadOf(m)["lines"] = map[string]any{} }, field: "payload.lines", reason: "expected array"},
 		{name: "missing lines", fn: func(m map[string]any) { delete(payloadOf(m), "lines") }, field: "payload.lines", reason: "missing"},
 		{name: "missing payload.version", fn: func(m map[string]any) { delete(payloadOf(m), "version") }, field: "payload.version", reason: "missing"},

@@ -48,10 +48,11 @@ func New(st *store.Store, logger *slog.Logger) *API {
 // true; 400/413/415 for a body that cannot be decoded; 422 for a value that
 // is not acceptable or a key reused with another request.
 func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
-	key, hasKey := r.Header.Get(headerIdempotencyKey), len(r.Header.Values(headerIdempotencyKey)) > 0
-	if hasKey && !validIdempotencyKey(key) {
+	keys := r.Header.Values(headerIdempotencyKey)
+	key, hasKey := r.Header.Get(headerIdempotencyKey), len(keys) > 0
+	if hasKey && (len(keys) > 1 || !validIdempotencyKey(key)) {
 		p := httpx.NewProblem(http.StatusBadRequest,
-			fmt.Sprintf("%s must be 1 to %d visible ASCII characters", headerIdempotencyKey, maxIdempotencyKey))
+			fmt.Sprintf("%s must be given once, 1 to %d visible ASCII characters", headerIdempotencyKey, maxIdempotencyKey))
 		p.Field = headerIdempotencyKey
 		httpx.WriteProblem(w, r, p)
 		return

@@ -446,3 +446,26 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatalf("orders = %d, want 2", n)
 	}
 }
+
+func TestIdempotencyKeyGivenTwiceIsRejected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, e.srv.URL+"/orders",
+		strings.NewReader(createBody(uuid.New(), "1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Add("Idempotency-Key", "first")
+	req.Header.Add("Idempotency-Key", "second")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	checkProblem(t, response{resp.StatusCode, resp.Header, b}, http.StatusBadRequest, "Idempotency-Key")
+	if n := e.count(t, "orders"); n != 0 {
+		t.Errorf("orders rows = %d, want 0", n)
+	}
+}
