@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/platform/config"
 )
 
 // TxBeginner starts transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (as a
@@ -36,6 +41,100 @@ func NewPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	}
 	return pool, nil
 }
+
+// Backoff of WaitPool and Retry between failed attempts: the delay starts at
+// MinBackoff and doubles up to MaxBackoff, each one drawn uniformly from
+// [d/2, d] so that restarted services do not retry in step. AttemptTimeout
+// bounds one attempt, so that an address that drops packets is retried and
+// logged too.
+const (
+	MinBackoff     = 100 * time.Millisecond
+	MaxBackoff     = 5 * time.Second
+	AttemptTimeout = 10 * time.Second
+)
+
+// WaitPool opens a pool as NewPool does but waits for the database instead of
+// failing at once: it pings until the server answers, logging each failed
+// attempt at WARN with the masked URL and the error, and sleeping with
+// capped exponential backoff and jitter (MinBackoff doubling to MaxBackoff)
+// in between. Every ping error is retried, a missing database or refused
+// login too, since another process may be about to fix it. It returns an
+// error at once when the URL is invalid, and an error wrapping ctx.Err()
+// (and naming the last ping error) when ctx ends first. Long-running
+// commands use it at start-up; one-shot commands use NewPool. A nil logger
+// discards logs.
+func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool for database %q: %w", cfg.ConnConfig.Database, err)
+	}
+	err = Retry(ctx, databaseURL, logger, func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return &retryable{fmt.Errorf("ping database %q: %w", cfg.ConnConfig.Database, err)}
+		}
+		return nil
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// Retry calls fn until it succeeds, while it fails to connect to the
+// database of databaseURL. An error of fn that wraps a *pgconn.ConnectError
+// (the server did not answer, or refused the connection) is logged at WARN
+// with the masked databaseURL and retried after the backoff of WaitPool;
+// any other error is returned at once. Each call of fn gets a context
+// bounded by AttemptTimeout. When ctx ends first, Retry returns an error
+// wrapping ctx.Err() that names the last error. A nil logger discards logs.
+func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func(ctx context.Context) error) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	masked := config.MaskURL(databaseURL)
+	delay := MinBackoff
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err := fn(actx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				logger.InfoContext(ctx, "database answered", slog.String("database", masked), slog.Int("attempts", attempt))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), err)
+		}
+		var connErr *pgconn.ConnectError
+		var r *retryable
+		if !errors.As(err, &connErr) && !errors.As(err, &r) {
+			return err
+		}
+		wait := delay/2 + rand.N(delay-delay/2+1)
+		delay = min(2*delay, MaxBackoff)
+		logger.WarnContext(ctx, "database not answering, retrying", slog.String("database", masked),
+			slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.Any("error", err))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), err)
+		}
+	}
+}
+
+// retryable marks an error that Retry retries whatever it wraps.
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
 
 // WithTx runs fn inside one READ COMMITTED transaction begun on db.
 //

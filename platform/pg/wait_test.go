@@ -1,0 +1,81 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
+)
+
+// TestWaitPoolWaitsForTheDatabase starts WaitPool on a database that does not
+// exist yet, creates it a moment later and expects the pool once it answers.
+func TestWaitPoolWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t)
+	logger, logs := testkit.Logger(t)
+	ctx := testkit.Context(t)
+	created := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		created <- pg.EnsureDatabase(ctx, url)
+	}()
+	pool, err := pg.WaitPool(ctx, url, logger)
+	if err != nil {
+		t.Fatalf("WaitPool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("ping after WaitPool: %v", err)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"database not answering, retrying"`) {
+		t.Errorf("no WARN line for the failed attempts:\n%s", logs)
+	}
+}
+
+// TestWaitPoolGivesUpWhenContextEnds: on a closed port WaitPool keeps trying
+// until ctx ends, logs every attempt without the password and returns ctx's
+// error.
+func TestWaitPoolGivesUpWhenContextEnds(t *testing.T) {
+	t.Parallel()
+	logger, logs := testkit.Logger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	pool, err := pg.WaitPool(ctx, "postgres://postgres:secret@127.0.0.1:1/none?sslmode=disable", logger)
+	if pool != nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitPool = %v, %v; want an error wrapping context.DeadlineExceeded", pool, err)
+	}
+	if strings.Contains(err.Error(), "secret") || strings.Contains(logs.String(), "secret") {
+		t.Errorf("the password shows in %v or the logs", err)
+	}
+	if n := strings.Count(logs.String(), "database not answering"); n < 2 {
+		t.Errorf("%d WARN lines in 1.5 s, want several:\n%s", n, logs)
+	}
+}
+
+func TestWaitPoolRefusesABadURL(t *testing.T) {
+	t.Parallel()
+	if _, err := pg.WaitPool(context.Background(), "postgres://%zz", nil); err == nil {
+		t.Fatal("WaitPool accepted an unparseable URL")
+	}
+}
+
+// TestRetryReturnsOtherErrorsAtOnce: only connection failures are retried.
+func TestRetryReturnsOtherErrorsAtOnce(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	calls := 0
+	err := pg.Retry(context.Background(), testkit.DatabaseURL(t), nil, func(context.Context) error {
+		calls++
+		return boom
+	})
+	if !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("Retry = %v after %d calls, want boom after 1", err, calls)
+	}
+}
