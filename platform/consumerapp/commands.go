@@ -7,7 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
@@ -20,9 +26,13 @@ import (
 )
 
 // serve runs the HTTP API and the consumer of spec.Queue until ctx ends or one of them
-// fails, then stops both. Start-up reads top to bottom: database, broker (declaring
-// Topology), inbox with the service's handlers (DESIGN.md rule 3), consumer, HTTP with
-// readiness checks on both. It returns nil after a clean shutdown.
+// fails, then stops both. Start-up reads top to bottom: HTTP first, answering /healthz,
+// /metrics and /readyz (503 until PostgreSQL and the broker are connected) and a 503
+// problem on every other path; then the database, waited for with pg.WaitPool; the
+// broker (declaring Topology), dialled with amqp.DialOptions' backoff; the inbox with
+// the service's handlers (DESIGN.md rule 3), the consumer, and the service's routes.
+// It returns nil after a clean shutdown, also when ctx ends while it still waits for
+// a dependency.
 func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) error {
 	logger.Info("starting", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
 		slog.String("amqp", config.MaskURL(cfg.AMQPURL)), slog.String("http_addr", cfg.HTTPAddr),
@@ -30,57 +40,115 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 		slog.Int("inbox_group", cfg.InboxGroup), slog.Int("inbox_tx", cfg.InboxTx),
 		slog.Int("max_attempts", cfg.MaxAttempts), slog.Any("retry_delays", cfg.RetryDelays))
 
-	pool, err := pg.NewPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, Topology(spec.Queue, cfg.RetryDelays), logger,
-		amqp.Options{Name: spec.Name})
-	if err != nil {
-		return fmt.Errorf("connect to the broker: %w", err)
-	}
-	defer func() { _ = conn.Close() }()
-
 	validator, err := contracts.NewValidator()
 	if err != nil {
 		return err
 	}
 	reg := metrics.NewRegistry()
-	ib := inbox.New(pool, spec.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
-	spec.Register(ib, logger)
-	consumer, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
-		Queue:       spec.Queue.Name,
-		Name:        spec.Name,
-		Workers:     cfg.Workers,
-		Prefetch:    cfg.Prefetch,
-		MaxAttempts: cfg.MaxAttempts,
-		RetryDelays: cfg.RetryDelays,
-	}, ib.HandleDelivery, logger, reg)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-
-	router := httpx.NewRouter(logger, reg,
-		httpx.Check{Name: "postgres", Fn: pool.Ping},
-		httpx.Check{Name: "rabbitmq", Fn: func(context.Context) error { return conn.Ready() }},
+	var (
+		pool   atomic.Pointer[pgxpool.Pool]
+		broker atomic.Pointer[amqp.Connection]
 	)
-	if spec.Routes != nil {
-		spec.Routes(router, pool, logger)
+	defer func() {
+		if c := broker.Load(); c != nil {
+			_ = c.Close()
+		}
+		if p := pool.Load(); p != nil {
+			p.Close()
+		}
+	}()
+	checks := []httpx.Check{
+		{Name: "postgres", Fn: func(ctx context.Context) error {
+			if p := pool.Load(); p != nil {
+				return p.Ping(ctx)
+			}
+			return errNotConnected
+		}},
+		{Name: "rabbitmq", Fn: func(context.Context) error {
+			if c := broker.Load(); c != nil {
+				return c.Ready()
+			}
+			return errNotConnected
+		}},
 	}
 
+	// Serve health, readiness and metrics while the dependencies are awaited; the
+	// service's routes join once they are connected.
+	starting := httpx.NewRouter(logger, reg, checks...)
+	starting.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "starting: not connected to its dependencies yet"))
+	})
+	var handler atomic.Pointer[chi.Mux]
+	handler.Store(starting)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
+	go func() {
+		errc <- wrap("http", httpx.ServeListener(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handler.Load().ServeHTTP(w, r)
+		}), logger))
+		cancel() // a server failure stops the rest too
+	}()
+
+	consumer, err := func() (*amqp.Consumer, error) {
+		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger)
+		if err != nil {
+			return nil, err
+		}
+		pool.Store(p)
+		conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, Topology(spec.Queue, cfg.RetryDelays), logger,
+			amqp.Options{Name: spec.Name})
+		if err != nil {
+			return nil, fmt.Errorf("connect to the broker: %w", err)
+		}
+		broker.Store(conn)
+		ib := inbox.New(p, spec.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+		spec.Register(ib, logger)
+		consumer, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
+			Queue:       spec.Queue.Name,
+			Name:        spec.Name,
+			Workers:     cfg.Workers,
+			Prefetch:    cfg.Prefetch,
+			MaxAttempts: cfg.MaxAttempts,
+			RetryDelays: cfg.RetryDelays,
+		}, ib.HandleDelivery, logger, reg)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		router := httpx.NewRouter(logger, reg, checks...)
+		if spec.Routes != nil {
+			spec.Routes(router, p, logger)
+		}
+		handler.Store(router)
+		return consumer, nil
+	}()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = nil // stopped while starting: a clean shutdown, unless HTTP failed
+		}
+		cancel()
+		err = errors.Join(err, <-errc)
+		logger.Info("stopped", slog.Any("error", err))
+		return err
+	}
+	logger.Info("connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
+		slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
+
 	go func() { errc <- wrap("consumer", consumer.Run(ctx)) }()
-	go func() { errc <- wrap("http", httpx.Serve(ctx, cfg.HTTPAddr, router, logger)) }()
 	first := <-errc
 	cancel() // one part stopped: stop the other
 	err = errors.Join(first, <-errc)
 	logger.Info("stopped", slog.Any("error", err))
 	return err
 }
+
+// errNotConnected is the readiness error of a dependency serve still waits for.
+var errNotConnected = errors.New("not connected yet")
 
 // wrap names the part of serve that failed; nil stays nil.
 func wrap(part string, err error) error {

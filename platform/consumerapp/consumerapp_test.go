@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -377,5 +378,51 @@ func TestTopologyHasOnlyTheServiceQueue(t *testing.T) {
 	}
 	if err := topo.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestServeWaitsForTheDatabase: with PostgreSQL and the broker unreachable serve
+// answers /healthz, reports itself not ready, refuses the service's routes with 503,
+// and stops cleanly when its context ends while it still waits.
+func TestServeWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	spec := sampleSpec(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	vars := map[string]string{
+		"SAMPLE_DATABASE_URL": "postgres://postgres:secret@127.0.0.1:1/sample?sslmode=disable",
+		"AMQP_URL":            "amqp://guest:guest@127.0.0.1:1/",
+		"HTTP_ADDR":           addr,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &testkit.Logs{}
+	done := make(chan error, 1)
+	go func() {
+		done <- consumerapp.Run(ctx, spec, []string{"sample", "serve"}, envOf(vars), io.Discard, logs)
+	}()
+	base := "http://" + addr
+	consumerapptest.GetJSON(t, base+"/healthz", http.StatusOK, nil)
+	if status, body := consumerapptest.Get(t, base+"/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "postgres") {
+		t.Errorf("GET /readyz = %d %s, want 503 naming postgres", status, body)
+	}
+	if status, body := consumerapptest.Get(t, base+"/seen/"+uuid.NewString()); status != http.StatusServiceUnavailable {
+		t.Errorf("GET /seen/{id} = %d %s, want 503 while starting", status, body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10 s of cancel")
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"database not answering, retrying"`) || strings.Contains(l, "secret") {
+		t.Errorf("want WARN lines for the database without its password:\n%s", l)
 	}
 }
