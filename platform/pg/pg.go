@@ -45,8 +45,8 @@ func NewPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 // Backoff of WaitPool and Retry between failed attempts: the delay starts at
 // MinBackoff and doubles up to MaxBackoff, each one drawn uniformly from
 // [d/2, d] so that restarted services do not retry in step. AttemptTimeout
-// bounds one attempt, so that an address that drops packets is retried and
-// logged too.
+// bounds one ping of WaitPool, so that an address that drops packets is
+// retried and logged too.
 const (
 	MinBackoff     = 100 * time.Millisecond
 	MaxBackoff     = 5 * time.Second
@@ -73,6 +73,8 @@ func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pg
 		return nil, fmt.Errorf("open pool for database %q: %w", cfg.ConnConfig.Database, err)
 	}
 	err = Retry(ctx, databaseURL, logger, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
 			return &retryable{fmt.Errorf("ping database %q: %w", cfg.ConnConfig.Database, err)}
 		}
@@ -89,8 +91,7 @@ func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pg
 // database of databaseURL. An error of fn that wraps a *pgconn.ConnectError
 // (the server did not answer, or refused the connection) is logged at WARN
 // with the masked databaseURL and retried after the backoff of WaitPool;
-// any other error is returned at once. Each call of fn gets a context
-// bounded by AttemptTimeout. When ctx ends first, Retry returns an error
+// any other error is returned at once. When ctx ends first, Retry returns an error
 // wrapping ctx.Err() that names the last error. A nil logger discards logs.
 func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func(ctx context.Context) error) error {
 	if logger == nil {
@@ -99,9 +100,7 @@ func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func
 	masked := config.MaskURL(databaseURL)
 	delay := MinBackoff
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		err := fn(actx)
-		cancel()
+		err := fn(ctx)
 		if err == nil {
 			if attempt > 1 {
 				logger.InfoContext(ctx, "database answered", slog.String("database", masked), slog.Int("attempts", attempt))

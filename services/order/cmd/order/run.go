@@ -7,8 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
@@ -58,9 +64,14 @@ func noArgs(cmd string, args []string) error {
 	return nil
 }
 
-// runServe serves the order API until ctx ends: config, logger, optional
-// migrations, database pool, store, router, listener, then a graceful
-// shutdown bounded by httpx.ShutdownTimeout (10 s).
+// runServe serves the order API until ctx ends: config, logger, then the
+// listener, answering /healthz, /metrics and /readyz (503 until the database
+// is connected) and a 503 problem on every other path; then the optional
+// migrations, retried while the server does not answer (pg.Retry); the
+// database pool, waited for with pg.WaitPool; and the order routes. ctx's end
+// starts a graceful shutdown bounded by httpx.ShutdownTimeout (10 s); it
+// returns nil after a clean one, also when ctx ends while it still waits for
+// the database.
 func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
 	if err := noArgs("serve", args); err != nil {
 		return err
@@ -72,32 +83,75 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	logger := logging.New(stderr, cfg.LogLevel, service)
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
-	if cfg.MigrateOnStart {
-		if err := applyMigrations(ctx, cfg.DatabaseURL, logger); err != nil {
-			return err
-		}
-	}
-	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
 	validator, err := contracts.NewValidator()
 	if err != nil {
 		return err
 	}
-	st := store.New(pool, outbox.NewWriter(validator, contracts.ProducerOrder))
-	router := httpx.NewRouter(logger, metrics.NewRegistry(), httpx.Check{Name: "postgres", Fn: pool.Ping})
-	api.New(st, logger).Routes(router)
+	reg := metrics.NewRegistry()
+	var pool atomic.Pointer[pgxpool.Pool]
+	defer func() {
+		if p := pool.Load(); p != nil {
+			p.Close()
+		}
+	}()
+	check := httpx.Check{Name: "postgres", Fn: func(ctx context.Context) error {
+		if p := pool.Load(); p != nil {
+			return p.Ping(ctx)
+		}
+		return errors.New("not connected yet")
+	}}
+	// Serve health, readiness and metrics while the database is awaited; the
+	// order routes join once it is connected.
+	starting := httpx.NewRouter(logger, reg, check)
+	starting.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "starting: not connected to the database yet"))
+	})
+	var handler atomic.Pointer[chi.Mux]
+	handler.Store(starting)
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- httpx.ServeListener(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handler.Load().ServeHTTP(w, r)
+		}), logger)
+		cancel() // a server failure stops the start-up too
+	}()
 	logger.InfoContext(ctx, "order service listening", slog.String("addr", ln.Addr().String()))
-	err = httpx.ServeListener(ctx, ln, router, logger)
+
+	err = func() error {
+		if cfg.MigrateOnStart {
+			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
+				return applyMigrations(ctx, cfg.DatabaseURL, logger)
+			}); err != nil {
+				return err
+			}
+		}
+		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		if err != nil {
+			return err
+		}
+		pool.Store(p)
+		st := store.New(p, outbox.NewWriter(validator, contracts.ProducerOrder))
+		router := httpx.NewRouter(logger, reg, check)
+		api.New(st, logger).Routes(router)
+		handler.Store(router)
+		logger.InfoContext(ctx, "order service ready", slog.String("database", config.MaskURL(cfg.DatabaseURL)))
+		return nil
+	}()
+	if err != nil && ctx.Err() != nil {
+		err = nil // stopped while starting: a clean shutdown, unless HTTP failed
+	}
+	if err != nil {
+		cancel()
+	}
+	err = errors.Join(err, <-served)
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }

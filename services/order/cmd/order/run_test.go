@@ -57,9 +57,29 @@ func (w *logWatcher) String() string {
 	return w.buf.String()
 }
 
-// startServe runs `order serve` in-process on a free port and returns its base URL, the
-// logs, and a stop function that shuts it down and returns run's error.
+// startServe runs `order serve` in-process on a free port, waits until GET /readyz
+// answers 200 and returns its base URL, the logs, and a stop function that shuts it
+// down and returns run's error.
 func startServe(t *testing.T, vars map[string]string) (string, *logWatcher, func() error) {
+	t.Helper()
+	base, logs, stop := startListening(t, vars)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		status, body := call(t, http.MethodGet, base+"/readyz", "")
+		if status == http.StatusOK {
+			return base, logs, stop
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready within 60 s: %d %s\n%s", status, body, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startListening runs `order serve` in-process on a free port and returns once it
+// listens, with its base URL, the logs, and a stop function that shuts it down and
+// returns run's error.
+func startListening(t *testing.T, vars map[string]string) (string, *logWatcher, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	vars["HTTP_ADDR"] = "127.0.0.1:0"
@@ -183,6 +203,39 @@ func TestReadyzFailsWithoutDatabase(t *testing.T) {
 	}
 	if _, err := admin.Exec(context.Background(), `ALTER DATABASE `+quoteIdent(name)+` ALLOW_CONNECTIONS true`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeWaitsForTheDatabase: with the database unreachable serve listens, answers
+// /healthz, reports itself not ready, refuses the API with 503, and stops cleanly when
+// its context ends while it still waits.
+func TestServeWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	base, logs, stop := startListening(t, map[string]string{
+		"ORDER_DATABASE_URL": "postgres://postgres:secret@127.0.0.1:1/orders?sslmode=disable",
+		"MIGRATE_ON_START":   "true",
+	})
+	if status, body := call(t, http.MethodGet, base+"/healthz", ""); status != http.StatusOK {
+		t.Errorf("GET /healthz = %d %s, want 200", status, body)
+	}
+	if status, body := call(t, http.MethodGet, base+"/readyz", ""); status != http.StatusServiceUnavailable || !strings.Contains(string(body), "postgres") {
+		t.Errorf("GET /readyz = %d %s, want 503 naming postgres", status, body)
+	}
+	if status, body := call(t, http.MethodGet, base+"/orders/"+uuid.NewString(), ""); status != http.StatusServiceUnavailable {
+		t.Errorf("GET /orders/{id} = %d %s, want 503 while starting", status, body)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10 s of cancel")
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"database not answering, retrying"`) || strings.Contains(l, "secret") {
+		t.Errorf("want WARN lines for the database without its password:\n%s", l)
 	}
 }
 
