@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
@@ -76,12 +78,14 @@ func (c relayConfig) LogValue() slog.Value {
 }
 
 // runRelay runs the outbox relay (DESIGN.md rule 2) until ctx ends: config,
-// logger, database pool, HTTP server (/healthz, /readyz, /metrics), broker
-// connection (which declares the topology), then the relay, which leads or
-// stands by behind the advisory lock. /readyz checks PostgreSQL and the broker
-// connection; a standby relay is ready too (relay_leader tells them apart).
-// On ctx's end the batch in hand is finished or rolled back, then the HTTP
-// server shuts down within httpx.ShutdownTimeout.
+// logger, HTTP server (/healthz, /readyz, /metrics), database pool (waited
+// for with pg.WaitPool), broker connection (dialled with backoff; it declares
+// the topology), then the relay, which leads or stands by behind the advisory
+// lock. /readyz checks PostgreSQL and the broker connection and answers 503
+// until both are connected; a standby relay is ready too (relay_leader tells
+// them apart). On ctx's end the batch in hand is finished or rolled back, then
+// the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
+// still waits for a dependency is a clean shutdown too (nil).
 func runRelay(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
 	if err := noArgs("relay", args); err != nil {
 		return err
@@ -93,17 +97,19 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	logger := logging.New(stderr, cfg.LogLevel, service)
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
-	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	// Serve health and metrics while the broker is still being dialled.
-	var broker atomic.Pointer[amqp.Connection]
+	// Serve health and metrics while the database and the broker are awaited.
+	var (
+		db     atomic.Pointer[pgxpool.Pool]
+		broker atomic.Pointer[amqp.Connection]
+	)
 	reg := metrics.NewRegistry()
 	router := httpx.NewRouter(logger, reg,
-		httpx.Check{Name: "postgres", Fn: pool.Ping},
+		httpx.Check{Name: "postgres", Fn: func(ctx context.Context) error {
+			if p := db.Load(); p != nil {
+				return p.Ping(ctx)
+			}
+			return errors.New("connecting")
+		}},
 		httpx.Check{Name: "rabbitmq", Fn: func(context.Context) error {
 			if c := broker.Load(); c != nil {
 				return c.Ready()
@@ -126,6 +132,16 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	logger.InfoContext(ctx, "relay listening", slog.String("addr", ln.Addr().String()))
 
 	relayErr := func() error {
+		pool, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer pool.Close()
+		db.Store(pool)
+
 		topo := amqp.DefaultTopology()
 		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
 		if err != nil {

@@ -186,6 +186,51 @@ func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
 	}
 }
 
+// TestRelayCommandWaitsForTheDatabase: with the database unreachable the relay
+// listens, answers /healthz, reports itself not ready and stops cleanly when its
+// context ends while it still waits.
+func TestRelayCommandWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &relayLogs{addr: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"order", "relay"}, env(map[string]string{
+			"ORDER_DATABASE_URL": "postgres://postgres:secret@127.0.0.1:1/orders?sslmode=disable",
+			"AMQP_URL":           "amqp://guest:guest@127.0.0.1:1/",
+			"HTTP_ADDR":          "127.0.0.1:0",
+		}), io.Discard, logs)
+	}()
+	var base string
+	select {
+	case addr := <-logs.addr:
+		base = "http://" + addr
+	case err := <-done:
+		t.Fatalf("relay ended: %v\n%s", err, logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay did not listen:\n%s", logs)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz = %d %s, want 200", code, body)
+	}
+	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "postgres") {
+		t.Errorf("GET /readyz = %d %s, want 503 naming postgres", code, body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("relay returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("relay did not stop within 10 s of cancel:\n%s", logs)
+	}
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"database not answering, retrying"`) || strings.Contains(l, "secret") {
+		t.Errorf("want WARN lines for the database without its password:\n%s", l)
+	}
+}
+
 func TestRelayCommandRejectsBadSettings(t *testing.T) {
 	t.Parallel()
 	err := run(t.Context(), []string{"order", "relay"}, env(map[string]string{
