@@ -12,7 +12,8 @@ import (
 )
 
 // TestWaitPoolWaitsForTheDatabase starts WaitPool on a database that does not
-// exist yet, creates it a moment later and expects the pool once it answers.
+// exist yet, creates it after the first failed attempt and expects the pool once
+// it answers.
 func TestWaitPoolWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
 	url := testkit.EmptyDatabaseURL(t)
@@ -20,7 +21,10 @@ func TestWaitPoolWaitsForTheDatabase(t *testing.T) {
 	ctx := testkit.Context(t)
 	created := make(chan error, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		// Create the database once WaitPool has failed at least once.
+		for !strings.Contains(logs.String(), "database not answering") && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
 		created <- pg.EnsureDatabase(ctx, url)
 	}()
 	pool, err := pg.WaitPool(ctx, url, logger)
@@ -34,8 +38,9 @@ func TestWaitPoolWaitsForTheDatabase(t *testing.T) {
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("ping after WaitPool: %v", err)
 	}
-	if !strings.Contains(logs.String(), `"level":"WARN","msg":"database not answering, retrying"`) {
-		t.Errorf("no WARN line for the failed attempts:\n%s", logs)
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"database not answering, retrying"`) ||
+		!strings.Contains(logs.String(), `"msg":"database answered"`) {
+		t.Errorf("want a WARN line per failed attempt and one when it answered:\n%s", logs)
 	}
 }
 
