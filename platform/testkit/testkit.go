@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
 // Local defaults, the services DEVELOPERS and CI machines run.
@@ -35,7 +37,7 @@ type servers struct {
 	pgErr   error
 	mqOnce  sync.Once
 	mqURL   string
-	mqAdmin string // management API base URL, "" when unknown
+	mqAdmin *rabbitadmin.Admin
 	mqErr   error
 	tmplMu  sync.Mutex
 	tmpl    map[string]string // migrations hash -> template database name

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
 // servers are the PostgreSQL and RabbitMQ the demo runs on.
@@ -142,91 +142,27 @@ func recreateDatabase(ctx context.Context, dbURL string) error {
 }
 
 // freshVhost deletes and re-creates vhost on the broker of amqpURL, grants
-// the URL's user every right on it, and returns the AMQP URL that opens it.
-// It uses the management HTTP API (port 15672, same credentials) when it
-// answers, else rabbitmqctl on this machine. When neither works it returns
-// amqpURL unchanged with a note: the demo then runs in the configured vhost,
-// and purges the queues it reads so that the counts start at zero.
+// the URL's user every right on it, and returns the AMQP URL that opens it
+// and a note for the user. It uses the management HTTP API (port 15672, same
+// credentials) when it answers, else rabbitmqctl on this machine. When
+// neither works it returns amqpURL unchanged with a note: the demo then runs
+// in the configured vhost, and purges the queues it reads so that the counts
+// start at zero.
 func freshVhost(ctx context.Context, amqpURL, vhost string) (string, string, error) {
-	u, err := url.Parse(amqpURL)
+	admin, err := rabbitadmin.Detect(ctx, amqpURL)
 	if err != nil {
 		return "", "", fmt.Errorf("AMQP_URL: %w", err)
 	}
-	user := u.User.Username()
-	admin := &url.URL{Scheme: "http", User: u.User, Host: net.JoinHostPort(u.Hostname(), "15672")}
-	var how string
-	switch {
-	case managementAnswers(ctx, admin.String()):
-		for _, c := range []struct{ method, path, body string }{
-			{http.MethodDelete, "/api/vhosts/" + url.PathEscape(vhost), ""},
-			{http.MethodPut, "/api/vhosts/" + url.PathEscape(vhost), ""},
-			{http.MethodPut, "/api/permissions/" + url.PathEscape(vhost) + "/" + url.PathEscape(user), `{"configure":".*","write":".*","read":".*"}`},
-		} {
-			if err := adminCall(ctx, admin.String(), c.method, c.path, c.body); err != nil {
-				return "", "", err
-			}
-		}
-		how = "management API"
-	case rabbitmqctl(ctx, "status") == nil:
-		_ = rabbitmqctl(ctx, "delete_vhost", vhost) // absent on the first run
-		if err := rabbitmqctl(ctx, "add_vhost", vhost); err != nil {
-			return "", "", err
-		}
-		if err := rabbitmqctl(ctx, "set_permissions", "-p", vhost, user, ".*", ".*", ".*"); err != nil {
-			return "", "", err
-		}
-		how = "rabbitmqctl"
-	default:
+	if admin.Check(ctx) != nil {
 		return amqpURL, "no management API or rabbitmqctl to make a fresh vhost: using AMQP_URL's vhost as it is", nil
 	}
-	u.Path = "/" + vhost
-	u.RawPath = "/" + url.PathEscape(vhost)
-	return u.String(), fmt.Sprintf("fresh vhost %q (made with %s)", vhost, how), nil
-}
-
-func managementAnswers(ctx context.Context, admin string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/api/overview", nil)
-	if err != nil {
-		return false
+	if err := admin.DeleteVhost(ctx, vhost); err != nil {
+		return "", "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
+	if err := admin.AddVhost(ctx, vhost); err != nil {
+		return "", "", err
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func adminCall(ctx context.Context, admin, method, path, body string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, admin+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 && !(method == http.MethodDelete && resp.StatusCode == http.StatusNotFound) {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return nil
-}
-
-func rabbitmqctl(ctx context.Context, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return admin.VhostURL(vhost), fmt.Sprintf("fresh vhost %q (made with %s)", vhost, admin.Via()), nil
 }
 
 // purgeQueues empties the named queues that exist, for a run in a shared vhost.

@@ -6,10 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +19,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
 // env is what one run owns on the servers: template databases migrated by
@@ -32,6 +30,8 @@ type env struct {
 	id      string // run id, part of every name
 	logger  *slog.Logger
 	results collector
+
+	admin *rabbitadmin.Admin // makes and deletes the vhosts
 
 	mu        sync.Mutex
 	databases []string          // created, to drop at close
@@ -45,8 +45,9 @@ const (
 	tplShipping = "shipping"
 )
 
-// vhostPurposes lists the vhosts a run uses; they are all created in one
-// rabbitmqctl call (each call costs seconds) and deleted in one.
+// vhostPurposes lists the vhosts a run uses; without the management API
+// they are all created in one rabbitmqctl call (each call costs seconds) and
+// deleted in one.
 func vhostPurposes(s Sizes) []string {
 	p := []string{"broker-1", "broker-n", "relay-one", "relay-pipelined", "consumer-default", "consumer-tuned", "latency-notify", "latency-poll"}
 	for i := range s.GrowthRows {
@@ -73,6 +74,11 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 	if err := pingBroker(cfg.AMQPURL); err != nil {
 		return nil, err
 	}
+	admin, err := rabbitadmin.Detect(ctx, cfg.AMQPURL)
+	if err != nil {
+		return nil, err
+	}
+	e.admin = admin
 	ok := false
 	defer func() {
 		if !ok {
@@ -101,7 +107,7 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 		e.vhosts[p] = name
 		names = append(names, name)
 	}
-	if err := addVhosts(ctx, cfg.AMQPURL, names); err != nil {
+	if err := e.admin.AddVhosts(ctx, names); err != nil {
 		e.vhosts = map[string]string{}
 		return nil, err
 	}
@@ -137,7 +143,7 @@ func (e *env) close() {
 		}
 	}
 	if len(vhosts) > 0 {
-		if err := deleteVhosts(ctx, e.cfg.AMQPURL, vhosts); err != nil {
+		if err := e.admin.DeleteVhosts(ctx, vhosts); err != nil {
 			e.progress("cleanup: %v", err)
 		}
 	}
@@ -151,13 +157,7 @@ func (e *env) vhostURL(p string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("no vhost for %s", p)
 	}
-	u, err := url.Parse(e.cfg.AMQPURL)
-	if err != nil {
-		return "", fmt.Errorf("parse AMQP URL: %w", err)
-	}
-	u.Path = "/" + name
-	u.RawPath = "/" + url.PathEscape(name)
-	return u.String(), nil
+	return e.admin.VhostURL(name), nil
 }
 
 // cloneDatabase creates a fresh database from the template of service and
@@ -240,104 +240,6 @@ func pingBroker(u string) error {
 		return fmt.Errorf("RabbitMQ does not answer: %w", err)
 	}
 	return conn.Close()
-}
-
-func brokerUser(u string) string {
-	parsed, err := url.Parse(u)
-	if err != nil || parsed.User == nil {
-		return "guest"
-	}
-	return parsed.User.Username()
-}
-
-// erlangBinaries writes names as an Erlang list of binaries.
-func erlangBinaries(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = `<<"` + n + `">>`
-	}
-	return "[" + strings.Join(quoted, ", ") + "]"
-}
-
-// managementURL returns the management API of the broker at amqpURL (same
-// host, port 15672, same credentials) when it answers, "" otherwise.
-func managementURL(amqpURL string) string {
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		return ""
-	}
-	admin := &url.URL{Scheme: "http", User: u.User, Host: net.JoinHostPort(u.Hostname(), "15672")}
-	c, err := net.DialTimeout("tcp", admin.Host, time.Second)
-	if err != nil {
-		return ""
-	}
-	_ = c.Close()
-	return admin.String()
-}
-
-func adminCall(ctx context.Context, admin, method, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, method, admin+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return nil
-}
-
-// addVhosts creates the vhosts and gives the broker URL's user every right
-// on them, through the management API when it answers, else in one
-// rabbitmqctl call (each call costs seconds).
-func addVhosts(ctx context.Context, amqpURL string, names []string) error {
-	user := brokerUser(amqpURL)
-	if admin := managementURL(amqpURL); admin != "" {
-		for _, v := range names {
-			if err := adminCall(ctx, admin, http.MethodPut, "/api/vhosts/"+url.PathEscape(v), ""); err != nil {
-				return err
-			}
-			if err := adminCall(ctx, admin, http.MethodPut, "/api/permissions/"+url.PathEscape(v)+"/"+url.PathEscape(user),
-				`{"configure":".*","write":".*","read":".*"}`); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	code := fmt.Sprintf(`lists:foreach(fun(V) -> ok = rabbit_vhost:add(V, <<"bench">>), `+
-		`ok = rabbit_auth_backend_internal:set_permissions(<<"%s">>, V, <<".*">>, <<".*">>, <<".*">>, <<"bench">>) end, %s), ok.`,
-		user, erlangBinaries(names))
-	return rabbitmqctl(ctx, "eval", code)
-}
-
-// deleteVhosts deletes the vhosts, with everything in them, through the
-// management API when it answers, else in one rabbitmqctl call.
-func deleteVhosts(ctx context.Context, amqpURL string, names []string) error {
-	if admin := managementURL(amqpURL); admin != "" {
-		var errs []error
-		for _, v := range names {
-			errs = append(errs, adminCall(ctx, admin, http.MethodDelete, "/api/vhosts/"+url.PathEscape(v), ""))
-		}
-		return errors.Join(errs...)
-	}
-	code := fmt.Sprintf(`lists:foreach(fun(V) -> rabbit_vhost:delete(V, <<"bench">>) end, %s), ok.`, erlangBinaries(names))
-	return rabbitmqctl(ctx, "eval", code)
-}
-
-func rabbitmqctl(ctx context.Context, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rabbitmqctl %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // emptyVhost deletes the queues of the shop's topology in the vhost at
