@@ -89,34 +89,40 @@ func (e *Env) Required(key string) string {
 	return v
 }
 
+// parse reads key with conv: it returns def and false when key is unset; when conv
+// rejects the value it records "<value> is not <what>" and returns def and false;
+// otherwise the parsed value and true.
+func parse[T any](e *Env, key string, def T, what string, conv func(string) (T, error)) (T, bool) {
+	v, ok := e.lookup(key)
+	if !ok {
+		return def, false
+	}
+	x, err := conv(v)
+	if err != nil {
+		e.Errorf(key, "%q is not %s", v, what)
+		return def, false
+	}
+	return x, true
+}
+
+const (
+	anInteger = "an integer"
+	aDuration = `a duration (want e.g. "500ms", "5s", "1h")`
+	aBoolean  = "a boolean (want true or false)"
+)
+
 // Int returns the value of key parsed as a base-10 integer, or def when it is unset.
 // A value that is not an integer records an error and yields def.
 func (e *Env) Int(key string, def int) int {
-	v, ok := e.lookup(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.Errorf(key, "%q is not an integer", v)
-		return def
-	}
+	n, _ := parse(e, key, def, anInteger, strconv.Atoi)
 	return n
 }
 
 // PositiveInt is Int for settings that must be greater than zero, such as a worker count.
 // A value below 1 records an error and yields def.
 func (e *Env) PositiveInt(key string, def int) int {
-	v, ok := e.lookup(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.Errorf(key, "%q is not an integer", v)
-		return def
-	}
-	if n < 1 {
+	n, set := parse(e, key, def, anInteger, strconv.Atoi)
+	if set && n < 1 {
 		e.Errorf(key, "%d must be greater than zero", n)
 		return def
 	}
@@ -126,31 +132,15 @@ func (e *Env) PositiveInt(key string, def int) int {
 // Duration returns the value of key parsed by time.ParseDuration ("250ms", "5s", "1h30m"),
 // or def when it is unset. A value that does not parse records an error and yields def.
 func (e *Env) Duration(key string, def time.Duration) time.Duration {
-	v, ok := e.lookup(key)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.Errorf(key, "%q is not a duration (want e.g. \"500ms\", \"5s\", \"1h\")", v)
-		return def
-	}
+	d, _ := parse(e, key, def, aDuration, time.ParseDuration)
 	return d
 }
 
 // PositiveDuration is Duration for settings that must be greater than zero, such as a
 // timeout or a poll interval. A zero or negative value records an error and yields def.
 func (e *Env) PositiveDuration(key string, def time.Duration) time.Duration {
-	v, ok := e.lookup(key)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.Errorf(key, "%q is not a duration (want e.g. \"500ms\", \"5s\", \"1h\")", v)
-		return def
-	}
-	if d <= 0 {
+	d, set := parse(e, key, def, aDuration, time.ParseDuration)
+	if set && d <= 0 {
 		e.Errorf(key, "%s must be greater than zero", d)
 		return def
 	}
@@ -161,15 +151,7 @@ func (e *Env) PositiveDuration(key string, def time.Duration) time.Duration {
 // "false", any case), or def when it is unset. Any other value records an error and
 // yields def.
 func (e *Env) Bool(key string, def bool) bool {
-	v, ok := e.lookup(key)
-	if !ok {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		e.Errorf(key, "%q is not a boolean (want true or false)", v)
-		return def
-	}
+	b, _ := parse(e, key, def, aBoolean, strconv.ParseBool)
 	return b
 }
 
