@@ -91,9 +91,9 @@ type RelayConfig struct {
 	// LockKey is the id of the PostgreSQL advisory lock that elects the one
 	// active relay of a database (0 means DefaultLockKey).
 	LockKey int64
-	// LockRetry is how often a standby relay tries to take the lock, and how
-	// often the leader checks that its lock connection is alive
-	// (default 1 s).
+	// LockRetry is how often a standby relay tries to take the lock, how
+	// often the leader checks that its lock connection is alive, and how long
+	// a relay that lost the lock waits before it contends again (default 1 s).
 	LockRetry time.Duration
 	// StatsInterval is how often the relay_unpublished_rows and
 	// relay_oldest_unpublished_age_seconds gauges are refreshed (default 5 s).
@@ -234,6 +234,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		r.logger.WarnContext(ctx, "outbox relay lost leadership, standing by", slog.Any("error", err))
+		// Wait one LockRetry before contending again, so that a standby whose
+		// session is healthy takes over rather than the relay that just lost
+		// its lock connection.
+		if sleep(ctx, r.cfg.LockRetry) != nil {
+			return nil
+		}
 	}
 }
 
