@@ -8,11 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
@@ -58,28 +56,13 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 		}
 	}()
 	checks := []httpx.Check{
-		{Name: "postgres", Fn: func(ctx context.Context) error {
-			if p := pool.Load(); p != nil {
-				return p.Ping(ctx)
-			}
-			return errNotConnected
-		}},
-		{Name: "rabbitmq", Fn: func(context.Context) error {
-			if c := broker.Load(); c != nil {
-				return c.Ready()
-			}
-			return errNotConnected
-		}},
+		httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping),
+		httpx.Pending("rabbitmq", &broker, func(c *amqp.Connection, _ context.Context) error { return c.Ready() }),
 	}
 
 	// Serve health, readiness and metrics while the dependencies are awaited; the
 	// service's routes join once they are connected.
-	starting := httpx.NewRouter(logger, reg, checks...)
-	starting.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "starting: not connected to its dependencies yet"))
-	})
-	var handler atomic.Pointer[chi.Mux]
-	handler.Store(starting)
+	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to its dependencies yet", checks...))
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -89,9 +72,7 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	defer cancel()
 	errc := make(chan error, 2)
 	go func() {
-		errc <- wrap("http", httpx.ServeListener(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			handler.Load().ServeHTTP(w, r)
-		}), logger))
+		errc <- wrap("http", httpx.ServeListener(ctx, ln, handler, logger))
 		cancel() // a server failure stops the rest too
 	}()
 
@@ -124,7 +105,7 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 		if spec.Routes != nil {
 			spec.Routes(router, p, logger)
 		}
-		handler.Store(router)
+		handler.Set(router)
 		return consumer, nil
 	}()
 	if err != nil {
@@ -146,9 +127,6 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	logger.Info("stopped", slog.Any("error", err))
 	return err
 }
-
-// errNotConnected is the readiness error of a dependency serve still waits for.
-var errNotConnected = errors.New("not connected yet")
 
 // wrap names the part of serve that failed; nil stays nil.
 func wrap(part string, err error) error {

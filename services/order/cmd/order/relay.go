@@ -104,18 +104,8 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	)
 	reg := metrics.NewRegistry()
 	router := httpx.NewRouter(logger, reg,
-		httpx.Check{Name: "postgres", Fn: func(ctx context.Context) error {
-			if p := db.Load(); p != nil {
-				return p.Ping(ctx)
-			}
-			return errors.New("connecting")
-		}},
-		httpx.Check{Name: "rabbitmq", Fn: func(context.Context) error {
-			if c := broker.Load(); c != nil {
-				return c.Ready()
-			}
-			return errors.New("connecting")
-		}},
+		httpx.Pending("postgres", &db, (*pgxpool.Pool).Ping),
+		httpx.Pending("rabbitmq", &broker, func(c *amqp.Connection, _ context.Context) error { return c.Ready() }),
 	)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)

@@ -7,10 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync/atomic"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
@@ -94,20 +92,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 			p.Close()
 		}
 	}()
-	check := httpx.Check{Name: "postgres", Fn: func(ctx context.Context) error {
-		if p := pool.Load(); p != nil {
-			return p.Ping(ctx)
-		}
-		return errors.New("not connected yet")
-	}}
+	check := httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping)
 	// Serve health, readiness and metrics while the database is awaited; the
 	// order routes join once it is connected.
-	starting := httpx.NewRouter(logger, reg, check)
-	starting.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "starting: not connected to the database yet"))
-	})
-	var handler atomic.Pointer[chi.Mux]
-	handler.Store(starting)
+	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to the database yet", check))
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -118,9 +106,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	defer cancel()
 	served := make(chan error, 1)
 	go func() {
-		served <- httpx.ServeListener(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			handler.Load().ServeHTTP(w, r)
-		}), logger)
+		served <- httpx.ServeListener(ctx, ln, handler, logger)
 		cancel() // a server failure stops the start-up too
 	}()
 	logger.InfoContext(ctx, "order service listening", slog.String("addr", ln.Addr().String()))
@@ -141,7 +127,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 		st := store.New(p, outbox.NewWriter(validator, contracts.ProducerOrder))
 		router := httpx.NewRouter(logger, reg, check)
 		api.New(st, logger).Routes(router)
-		handler.Store(router)
+		handler.Set(router)
 		logger.InfoContext(ctx, "order service ready", slog.String("database", config.MaskURL(cfg.DatabaseURL)))
 		return nil
 	}()

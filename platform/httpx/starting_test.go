@@ -1,0 +1,76 @@
+package httpx_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"example.com/shop/platform/httpx"
+)
+
+type dep struct{ err error }
+
+func (d *dep) Ping(context.Context) error { return d.err }
+
+func TestPendingFailsUntilConnected(t *testing.T) {
+	var p atomic.Pointer[dep]
+	check := httpx.Pending("db", &p, (*dep).Ping)
+	if err := check.Fn(context.Background()); !errors.Is(err, httpx.ErrNotConnected) {
+		t.Fatalf("before connect: %v, want ErrNotConnected", err)
+	}
+	p.Store(&dep{})
+	if err := check.Fn(context.Background()); err != nil {
+		t.Fatalf("connected: %v", err)
+	}
+	boom := errors.New("boom")
+	p.Store(&dep{err: boom})
+	if err := check.Fn(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("failing dependency: %v, want boom", err)
+	}
+}
+
+func TestSwitchFromStartingRouterToFullRouter(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var p atomic.Pointer[dep]
+	reg := prometheus.NewRegistry()
+	check := httpx.Pending("db", &p, (*dep).Ping)
+	sw := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting", check))
+	srv := httptest.NewServer(sw)
+	defer srv.Close()
+
+	status := func(path string) int {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("/healthz"); got != http.StatusOK {
+		t.Fatalf("starting /healthz = %d, want 200", got)
+	}
+	if got := status("/readyz"); got != http.StatusServiceUnavailable {
+		t.Fatalf("starting /readyz = %d, want 503", got)
+	}
+	if got := status("/things"); got != http.StatusServiceUnavailable {
+		t.Fatalf("starting /things = %d, want 503", got)
+	}
+
+	p.Store(&dep{})
+	full := httpx.NewRouter(logger, reg, check)
+	full.Get("/things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	sw.Set(full)
+	if got := status("/readyz"); got != http.StatusOK {
+		t.Fatalf("connected /readyz = %d, want 200", got)
+	}
+	if got := status("/things"); got != http.StatusOK {
+		t.Fatalf("connected /things = %d, want 200", got)
+	}
+}
