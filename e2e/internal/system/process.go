@@ -125,6 +125,21 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
 	return nil
 }
 
+// Signal sends sig (for example SIGSTOP or SIGCONT) to the process without
+// waiting for anything; it is a no-op when the process is not running.
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("%s: signal %v: %w", p.Name, sig, err)
+	}
+	return nil
+}
+
 // Running reports whether the process has been started and not yet exited.
 func (p *Process) Running() bool {
 	p.mu.Lock()

@@ -20,14 +20,17 @@ type Config struct {
 	Env           []string            // KEY=VALUE added to every process
 	ProcessEnv    map[string][]string // KEY=VALUE added to one process, by name
 	Addrs         map[string]string   // HTTP address of a process, by name; a free 127.0.0.1 port when absent
+	Standby       bool                // run a second `order relay` ("standby") that contends for the relay's lock
 	Log           io.Writer           // receives every process's output, prefixed; nil to keep it in memory only
 }
 
-// System is the four long-running processes of the shop.
+// System is the four long-running processes of the shop, and a standby
+// relay when Config.Standby is set.
 type System struct {
 	cfg      Config
 	OrderAPI *Process
 	Relay    *Process
+	Standby  *Process // nil unless Config.Standby
 	Stock    *Process
 	Shipping *Process
 }
@@ -41,6 +44,11 @@ func New(cfg Config) (*System, error) {
 	}
 	if s.Relay, err = s.process("relay", "order", "relay"); err != nil {
 		return nil, err
+	}
+	if cfg.Standby {
+		if s.Standby, err = s.process("standby", "order", "relay"); err != nil {
+			return nil, err
+		}
 	}
 	if s.Stock, err = s.process("stock", "stock", "serve"); err != nil {
 		return nil, err
@@ -79,6 +87,9 @@ func (s *System) process(name, bin string, args ...string) (*Process, error) {
 
 // All returns the processes in start order.
 func (s *System) All() []*Process {
+	if s.Standby != nil {
+		return []*Process{s.OrderAPI, s.Relay, s.Standby, s.Stock, s.Shipping}
+	}
 	return []*Process{s.OrderAPI, s.Relay, s.Stock, s.Shipping}
 }
 

@@ -1,0 +1,157 @@
+package e2e_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/e2e/internal/fault"
+	"example.com/shop/platform/testkit"
+)
+
+// faultSettle bounds the wait for the system to recover after a fault: every
+// process ready again and the ledger whole. A deadline, never a speed goal.
+const faultSettle = 90 * time.Second
+
+// broker is where a rig's vhost lives.
+type broker struct {
+	amqpURL string
+	vhost   string
+	ctl     func(ctx context.Context, args ...string) (string, error)
+}
+
+// sharedVhost makes a fresh vhost on the test broker (testkit.NewVhost);
+// rabbitmqctl on this machine sets its policies. Nothing node-wide is ever
+// raised on it.
+func sharedVhost(t *testing.T) broker {
+	amqpURL := testkit.NewVhost(t)
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatalf("vhost URL: %v", err)
+	}
+	vhost := strings.TrimPrefix(u.Path, "/")
+	if v, err := url.PathUnescape(vhost); err == nil {
+		vhost = v
+	}
+	return broker{amqpURL: amqpURL, vhost: vhost, ctl: func(ctx context.Context, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+		return string(out), err
+	}}
+}
+
+// privateNode starts a private RabbitMQ node for node-wide faults and stops
+// it when the test ends.
+func privateNode(t *testing.T) *fault.Node {
+	n, err := fault.StartNode(testkit.Context(t))
+	if err != nil {
+		t.Fatalf("private RabbitMQ node: %v", err)
+	}
+	t.Cleanup(n.Stop)
+	t.Logf("private RabbitMQ node %s at %s", n.Name, n.AMQPURL)
+	return n
+}
+
+// nodeVhost makes a fresh vhost on the private node n.
+func nodeVhost(t *testing.T, n *fault.Node) broker {
+	ctx := testkit.Context(t)
+	vhost := testkit.UniqueName(t, "fault")
+	if _, err := n.Ctl(ctx, "add_vhost", vhost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Ctl(ctx, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	return broker{amqpURL: n.AMQPURL + url.PathEscape(vhost), vhost: vhost, ctl: n.Ctl}
+}
+
+// newRig starts the shop behind proxies on fresh databases and b, with the
+// suite's fast retries, and stops it when the test ends (logging the
+// processes' last output when the test failed).
+func newRig(t *testing.T, b broker, processEnv map[string][]string) *fault.Rig {
+	t.Helper()
+	ctx := testkit.Context(t)
+	cfg := fault.Config{
+		BinDir:        os.Getenv(binDirEnv),
+		OrderDBURL:    testkit.EmptyDatabaseURL(t),
+		StockDBURL:    testkit.EmptyDatabaseURL(t),
+		ShippingDBURL: testkit.EmptyDatabaseURL(t),
+		AMQPURL:       b.amqpURL,
+		Ctl:           b.ctl,
+		Vhost:         b.vhost,
+		Env:           fastRetries(),
+		ProcessEnv:    processEnv,
+	}
+	if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".log"))
+		if err != nil {
+			t.Fatalf("log file: %v", err)
+		}
+		t.Cleanup(func() { f.Close() })
+		cfg.Log = &lockedWriter{w: f}
+	}
+	r, err := fault.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("rig: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		for _, p := range r.Sys.All() {
+			out := p.Output()
+			if strings.Contains(out, "WARNING: DATA RACE") {
+				t.Errorf("%s reported a data race:\n%s", p.Name, raceReport(out))
+			}
+			if t.Failed() {
+				t.Logf("last output of %s:\n%s", p.Name, tail(out, 30))
+			}
+		}
+	})
+	if err := r.Start(ctx, faultSettle); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return r
+}
+
+// underLoad runs fault while two clients place orders: the load starts,
+// `before` more orders are placed, fault runs (it returns when the fault is
+// lifted), `after` more orders are placed (so the system works again), and
+// the load stops. Then ledger checks the result.
+func underLoad(t *testing.T, r *fault.Rig, before, after int, fault func(ctx context.Context)) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	load := r.StartLoad(ctx, 2, 20*time.Millisecond, 0)
+	defer load.Stop()
+	if err := r.WaitPlaced(ctx, r.Placed()+before, faultSettle); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	fault(ctx)
+	if err := r.WaitPlaced(ctx, r.Placed()+after, faultSettle); err != nil {
+		t.Fatalf("after the fault: %v", err)
+	}
+	load.Stop()
+	t.Logf("load: %d failed requests retried", load.Errors())
+}
+
+// ledger waits until the system settles and fails the test with everything
+// the ledger finds wrong; wantDLQ is what the dead-letter queues should hold.
+// It logs the ledger's summary line either way.
+func ledger(t *testing.T, r *fault.Rig, wantDLQ map[string]int) fault.Ledger {
+	t.Helper()
+	l, err := r.Ledger(testkit.Context(t), faultSettle, wantDLQ)
+	t.Logf("ledger: %s", l)
+	if err != nil {
+		t.Fatalf("ledger: %v", err)
+	}
+	if f := l.Failures(wantDLQ); len(f) > 0 {
+		t.Fatalf("ledger:\n%s", strings.Join(f, "\n"))
+	}
+	return l
+}

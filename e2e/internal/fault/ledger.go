@@ -1,0 +1,117 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/check"
+	"example.com/shop/e2e/internal/system"
+)
+
+// Ledger is what the three databases, the dead-letter queues and the
+// processes show once the system has settled after a fault.
+type Ledger struct {
+	Report       check.Report   // the whole-system invariants (check.Invariants)
+	Placed       int            // orders placed (order database)
+	Reserved     int            // orders holding at least one reservation
+	Lost         int            // events a consumer never processed, plus outbox rows never published
+	Doubled      int            // order lines reserved more than once
+	Duplicates   int            // deliveries the inboxes recognised as duplicates (reported, never a failure)
+	DeadLettered map[string]int // messages in each dead-letter queue
+	LongestStall time.Duration  // longest time processing stood still with events outstanding
+	NotReady     []string       // processes that exited by themselves or did not answer /readyz 200
+}
+
+// Ledger waits (up to settle) until every process answers /readyz 200 and
+// the invariants hold, then reads the dead-letter queues and the counters.
+// wantDLQ is how many messages each dead-letter queue should hold (nil: none).
+// The error is non-nil only when a database or the broker cannot be read.
+func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[string]int) (Ledger, error) {
+	var l Ledger
+	deadline := time.Now().Add(settle)
+	for _, p := range r.Sys.All() {
+		if !p.Running() {
+			l.NotReady = append(l.NotReady, p.Name+" exited")
+			continue
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		err := p.WaitReady(wctx)
+		cancel()
+		if err != nil {
+			l.NotReady = append(l.NotReady, p.Name+" not ready: "+firstLine(err.Error()))
+		}
+	}
+	rep, err := check.Eventually(ctx, r.DBs, time.Until(deadline))
+	if err != nil {
+		return l, err
+	}
+	l.Report = rep
+	l.Placed = rep.Orders["placed"]
+	l.Lost = rep.Lost + rep.OutboxEvents - rep.OutboxPublished
+	l.Doubled = rep.DoubleReserved
+	if err := r.DBs.Stock.QueryRow(ctx, `SELECT count(DISTINCT order_id) FROM reservation`).Scan(&l.Reserved); err != nil {
+		return l, fmt.Errorf("count reserved orders: %w", err)
+	}
+	// The dead-letter queues should hold what is expected; give a late
+	// dead-letter a moment to arrive before reading them for the last time.
+	for {
+		l.DeadLettered, err = system.QueueDepths(ctx, r.cfg.AMQPURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ)
+		if err == nil && dlqAsWanted(l.DeadLettered, wantDLQ) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return l, err
+	}
+	l.Duplicates = r.Duplicates(ctx)
+	l.LongestStall = r.takeStall()
+	return l, nil
+}
+
+func dlqAsWanted(got, want map[string]int) bool {
+	for _, q := range []string{contracts.QueueStockDLQ, contracts.QueueShippingDLQ} {
+		if got[q] != want[q] {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures lists what is wrong: broken invariants, lost or doubled events,
+// dead-letter queues holding other than wantDLQ, processes not ready.
+func (l Ledger) Failures(wantDLQ map[string]int) []string {
+	var f []string
+	if l.Lost > 0 {
+		f = append(f, fmt.Sprintf("%d events lost", l.Lost))
+	}
+	if l.Doubled > 0 {
+		f = append(f, fmt.Sprintf("%d lines reserved twice", l.Doubled))
+	}
+	if !l.Report.OK() {
+		f = append(f, "invariants broken:\n"+l.Report.String())
+	}
+	if !dlqAsWanted(l.DeadLettered, wantDLQ) {
+		f = append(f, fmt.Sprintf("dead-letter queues hold %v, want %v", l.DeadLettered, wantDLQ))
+	}
+	for _, n := range l.NotReady {
+		f = append(f, n)
+	}
+	return f
+}
+
+// String is the ledger's summary line.
+func (l Ledger) String() string {
+	return fmt.Sprintf("placed=%d reserved=%d lost=%d doubled=%d duplicates=%d dead-lettered=%d longest-stall=%s not-ready=%d",
+		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates,
+		l.DeadLettered[contracts.QueueStockDLQ]+l.DeadLettered[contracts.QueueShippingDLQ],
+		l.LongestStall.Round(10*time.Millisecond), len(l.NotReady))
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}

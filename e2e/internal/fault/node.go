@@ -1,0 +1,177 @@
+package fault
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// rabbitBin is where the Debian and RPM packages keep the RabbitMQ scripts
+// that run as the calling user (the /usr/sbin wrappers switch to the
+// rabbitmq user, whose Erlang cookie is not ours).
+const rabbitBin = "/usr/lib/rabbitmq/bin"
+
+// Node is a private RabbitMQ node: its own name, ports, data and log
+// directories and Erlang cookie under one temporary directory, and no
+// plugin. Node-wide faults (a resource alarm, stop_app) are raised on it,
+// never on a shared broker.
+type Node struct {
+	Name    string // e.g. fault-3f2a9c@localhost
+	AMQPURL string // amqp://guest:guest@127.0.0.1:<port>/
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// StartNode starts a private node and waits (up to 90 s) until it accepts
+// AMQP connections. Stop it with Stop.
+func StartNode(ctx context.Context) (*Node, error) {
+	dir, err := os.MkdirTemp("", "shop-rabbit-")
+	if err != nil {
+		return nil, fmt.Errorf("private node: %w", err)
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	amqpPort, err1 := freePort()
+	distPort, err2 := freePort()
+	cookie := make([]byte, 16)
+	_, _ = rand.Read(cookie)
+	if err := errors.Join(err1, err2,
+		os.WriteFile(filepath.Join(dir, ".erlang.cookie"), []byte(hex.EncodeToString(cookie)), 0o400),
+		os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o644)); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("private node: %w", err)
+	}
+	n := &Node{
+		Name:    "fault-" + hex.EncodeToString(id[:]) + "@localhost",
+		AMQPURL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
+		dir:     dir,
+		done:    make(chan struct{}),
+	}
+	cmd := exec.Command(filepath.Join(rabbitBin, "rabbitmq-server"))
+	cmd.Env = append(n.env(),
+		"RABBITMQ_NODENAME="+n.Name,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(amqpPort),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_PLUGINS_EXPAND_DIR="+filepath.Join(dir, "plugins-expand"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
+		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
+	)
+	log, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("private node: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("private node: start: %w", err)
+	}
+	n.cmd = cmd
+	go func() { _ = cmd.Wait(); log.Close(); close(n.done) }()
+
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		conn, err := amqp091.DialConfig(n.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+		if err == nil {
+			conn.Close()
+			return n, nil
+		}
+		select {
+		case <-n.done:
+			out, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			n.Stop()
+			return nil, fmt.Errorf("private node %s exited while starting:\n%s", n.Name, tailLines(string(out), 30))
+		case <-ctx.Done():
+			n.Stop()
+			return nil, fmt.Errorf("private node %s: not accepting connections: %w", n.Name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// env is the environment of the node's scripts: HOME points at the
+// directory holding the node's own Erlang cookie.
+func (n *Node) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RABBITMQ_") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "HOME="+n.dir)
+}
+
+// Ctl runs `rabbitmqctl -n <node> args...` (up to 60 s) and returns its
+// output, or an error with the output when it fails.
+func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(rabbitBin, "rabbitmqctl"), append([]string{"-n", n.Name}, args...)...)
+	cmd.Env = n.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Stop shuts the node down (rabbitmqctl shutdown, then SIGKILL of its
+// process group after 30 s) and removes its directory. It is safe to call
+// more than once.
+func (n *Node) Stop() {
+	if n.cmd == nil {
+		return
+	}
+	select {
+	case <-n.done:
+	default:
+		_, _ = n.Ctl(context.Background(), "shutdown")
+		select {
+		case <-n.done:
+		case <-time.After(30 * time.Second):
+		}
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.done
+	}
+	n.cmd = nil
+	os.RemoveAll(n.dir)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

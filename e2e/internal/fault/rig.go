@@ -1,0 +1,367 @@
+// Package fault runs the shop's real binaries with every connection to
+// PostgreSQL and RabbitMQ going through an in-process Toxiproxy, raises
+// faults on them (network toxics, database and broker outages, signals),
+// drives load, and checks the ledger across the three databases afterwards.
+// The fault-injection tests of the e2e suite and `make chaos` both use it.
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/e2e/internal/check"
+	"example.com/shop/e2e/internal/system"
+)
+
+// Config says where the binaries are and which databases and broker the rig
+// runs on. The URLs are the direct ones; the rig routes each process through
+// its own proxies.
+type Config struct {
+	BinDir        string
+	OrderDBURL    string
+	StockDBURL    string
+	ShippingDBURL string
+	AMQPURL       string                                                   // may name a vhost
+	Ctl           func(ctx context.Context, args ...string) (string, error) // rabbitmqctl on the broker of AMQPURL
+	Vhost         string                                                   // vhost of AMQPURL, for Ctl's -p
+	Env           []string                                                 // KEY=VALUE added to every process
+	ProcessEnv    map[string][]string                                      // KEY=VALUE added to one process
+	Log           io.Writer                                                // the processes' output, prefixed; nil keeps it in memory
+}
+
+// Proxy names: <process>-pg and <process>-amqp, for the processes "order"
+// (PostgreSQL only), "relay", "standby", "stock" and "shipping".
+var processUpstreams = map[string][]string{
+	"order":    {"pg"},
+	"relay":    {"pg", "amqp"},
+	"standby":  {"pg", "amqp"},
+	"stock":    {"pg", "amqp"},
+	"shipping": {"pg", "amqp"},
+}
+
+// Rig is one running shop (order API, leader and standby relay, stock,
+// shipping) behind proxies, with the pools the ledger reads.
+type Rig struct {
+	Sys *system.System
+	Net *Net
+	DBs check.DBs
+	API *system.Client
+	cfg Config
+
+	placed atomic.Int64 // orders the load driver saw placed
+
+	mu         sync.Mutex
+	dupsBefore float64 // duplicates counted by consumer processes since replaced
+	stall      time.Duration
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+}
+
+// New routes every process through its proxies, migrates the three
+// databases and opens the ledger's pools; nothing runs yet (see Start).
+func New(ctx context.Context, cfg Config) (*Rig, error) {
+	r := &Rig{Net: NewNet(), cfg: cfg}
+	direct := map[string]string{
+		"order-pg": cfg.OrderDBURL, "relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
+		"stock-pg": cfg.StockDBURL, "shipping-pg": cfg.ShippingDBURL,
+	}
+	dbVar := map[string]string{
+		"order": "ORDER_DATABASE_URL", "relay": "ORDER_DATABASE_URL", "standby": "ORDER_DATABASE_URL",
+		"stock": "STOCK_DATABASE_URL", "shipping": "SHIPPING_DATABASE_URL",
+	}
+	penv := map[string][]string{}
+	for proc, ups := range processUpstreams {
+		for _, up := range ups {
+			name := proc + "-" + up
+			target, key := direct[name], dbVar[proc]
+			if up == "amqp" {
+				target, key = cfg.AMQPURL, "AMQP_URL"
+			}
+			routed, err := r.Net.Route(name, target)
+			if err != nil {
+				r.Net.Close()
+				return nil, err
+			}
+			penv[proc] = append(penv[proc], key+"="+routed)
+		}
+		penv[proc] = append(penv[proc], cfg.ProcessEnv[proc]...)
+	}
+	sys, err := system.New(system.Config{
+		BinDir:        cfg.BinDir,
+		OrderDBURL:    cfg.OrderDBURL,
+		StockDBURL:    cfg.StockDBURL,
+		ShippingDBURL: cfg.ShippingDBURL,
+		AMQPURL:       cfg.AMQPURL,
+		Env:           cfg.Env,
+		ProcessEnv:    penv,
+		Standby:       true,
+		Log:           cfg.Log,
+	})
+	if err != nil {
+		r.Net.Close()
+		return nil, err
+	}
+	r.Sys, r.API = sys, sys.Client()
+	if err := sys.Migrate(ctx); err != nil {
+		r.Net.Close()
+		return nil, err
+	}
+	if r.DBs, err = check.Open(ctx, cfg.OrderDBURL, cfg.StockDBURL, cfg.ShippingDBURL); err != nil {
+		r.Net.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start starts the relay first (so that it is the leader), then the other
+// processes, waits until every one answers /readyz 200 within timeout, and
+// starts watching for stalls.
+func (r *Rig) Start(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.Sys.Relay.Start(); err != nil {
+		return err
+	}
+	if err := r.Sys.Relay.WaitReady(ctx); err != nil {
+		return err
+	}
+	for _, p := range r.Sys.All() {
+		if p == r.Sys.Relay {
+			continue
+		}
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	for _, p := range r.Sys.All() {
+		if err := p.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	r.stopWatch, r.watchDone = stop, make(chan struct{})
+	go r.watch(wctx)
+	return nil
+}
+
+// Close stops every process (SIGCONT first, in case one is frozen), the
+// proxies and the pools.
+func (r *Rig) Close() error {
+	if r.stopWatch != nil {
+		r.stopWatch()
+		<-r.watchDone
+	}
+	for _, p := range r.Sys.All() {
+		_ = p.Signal(syscall.SIGCONT)
+	}
+	err := r.Sys.Stop()
+	r.Net.Close()
+	r.DBs.Close()
+	return err
+}
+
+// Process returns the process called name ("order", "relay", "standby",
+// "stock", "shipping"), or nil.
+func (r *Rig) Process(name string) *system.Process {
+	for _, p := range r.Sys.All() {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Leader returns the relay process whose relay_leader gauge is 1, waiting
+// up to timeout for one.
+func (r *Rig) Leader(ctx context.Context, timeout time.Duration) (*system.Process, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, p := range []*system.Process{r.Sys.Relay, r.Sys.Standby} {
+			if v, err := p.Metric(ctx, "relay_leader", nil); err == nil && v == 1 {
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no relay reports relay_leader 1 within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Kill sends SIGKILL to p, then starts it again (as a supervisor would) and
+// waits until it is ready.
+func (r *Rig) Kill(ctx context.Context, p *system.Process, timeout time.Duration) error {
+	r.countDuplicates(ctx, p)
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	return r.Sys.Restart(ctx, p, timeout)
+}
+
+// Term sends SIGTERM to p and waits up to grace for it to exit (SIGKILL
+// after that, reported as an error). It returns how long the shutdown took.
+// Start p again with Restart.
+func (r *Rig) Term(ctx context.Context, p *system.Process, grace time.Duration) (time.Duration, error) {
+	r.countDuplicates(ctx, p)
+	start := time.Now()
+	if err := p.Stop(grace); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	if took >= grace {
+		return took, fmt.Errorf("%s did not exit within %s of SIGTERM", p.Name, grace)
+	}
+	return took, nil
+}
+
+// Restart starts p again after Term or a crash and waits up to timeout until
+// it is ready.
+func (r *Rig) Restart(ctx context.Context, p *system.Process, timeout time.Duration) error {
+	return r.Sys.Restart(ctx, p, timeout)
+}
+
+// Freeze sends SIGSTOP to p, waits d (or until ctx ends), then SIGCONT.
+func (r *Rig) Freeze(ctx context.Context, p *system.Process, d time.Duration) error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	return p.Signal(syscall.SIGCONT)
+}
+
+// countDuplicates adds the duplicates a consumer counted so far to the
+// rig's total before the process (and its counters) goes away.
+func (r *Rig) countDuplicates(ctx context.Context, p *system.Process) {
+	if p != r.Sys.Stock && p != r.Sys.Shipping {
+		return
+	}
+	if v, err := p.Metric(ctx, "inbox_duplicates_total", nil); err == nil {
+		r.mu.Lock()
+		r.dupsBefore += v
+		r.mu.Unlock()
+	}
+}
+
+// Duplicates returns the deliveries both inboxes recognised as duplicates
+// since the rig started (counters of replaced processes included as far as
+// they could be read before the process went away).
+func (r *Rig) Duplicates(ctx context.Context) int {
+	r.mu.Lock()
+	n := r.dupsBefore
+	r.mu.Unlock()
+	for _, p := range []*system.Process{r.Sys.Stock, r.Sys.Shipping} {
+		if v, err := p.Metric(ctx, "inbox_duplicates_total", nil); err == nil {
+			n += v
+		}
+	}
+	return int(n)
+}
+
+// database returns the database name and the server's admin URL of db
+// ("order", "stock" or "shipping").
+func (r *Rig) database(db string) (name, admin string, err error) {
+	raw := map[string]string{"order": r.cfg.OrderDBURL, "stock": r.cfg.StockDBURL, "shipping": r.cfg.ShippingDBURL}[db]
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil {
+		return "", "", fmt.Errorf("no database %q", db)
+	}
+	name = strings.TrimPrefix(u.Path, "/")
+	u.Path = "/postgres"
+	return name, u.String(), nil
+}
+
+func (r *Rig) admin(ctx context.Context, db string, fn func(conn *pgx.Conn, name string) error) error {
+	name, admin, err := r.database(db)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("%s database: %w", db, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return fn(conn, name)
+}
+
+// BlockDatabase makes database db ("order", "stock", "shipping") refuse new
+// connections (ALTER DATABASE ... ALLOW_CONNECTIONS false) and terminates
+// every session on it, its own processes' and the ledger's alike. The
+// returned function lets connections in again.
+func (r *Rig) BlockDatabase(ctx context.Context, db string) (unblock func(context.Context) error, err error) {
+	err = r.admin(ctx, db, func(conn *pgx.Conn, name string) error {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
+			return fmt.Errorf("block %s: %w", name, err)
+		}
+		_, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return r.admin(ctx, db, func(conn *pgx.Conn, name string) error {
+			_, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" ALLOW_CONNECTIONS true")
+			return err
+		})
+	}, nil
+}
+
+// TerminateBackends ends every session on database db (pg_terminate_backend)
+// and returns how many there were.
+func (r *Rig) TerminateBackends(ctx context.Context, db string) (int, error) {
+	var n int
+	err := r.admin(ctx, db, func(conn *pgx.Conn, name string) error {
+		return conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", name).Scan(&n)
+	})
+	return n, err
+}
+
+// AMQPURL returns the direct URL of the rig's vhost (not proxied).
+func (r *Rig) AMQPURL() string { return r.cfg.AMQPURL }
+
+// Broker runs fn on a channel of a fresh direct connection to the rig's
+// vhost (for example to delete a queue or an exchange).
+func (r *Rig) Broker(ctx context.Context, fn func(ch *amqp091.Channel) error) error {
+	conn, err := amqp091.DialConfig(r.cfg.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker: channel: %w", err)
+	}
+	return fn(ch)
+}
+
+// Ctl runs rabbitmqctl on the rig's broker; "-p <vhost>" is added after the
+// command when vhostScoped.
+func (r *Rig) Ctl(ctx context.Context, vhostScoped bool, args ...string) (string, error) {
+	if r.cfg.Ctl == nil {
+		return "", errors.New("rabbitmqctl: the rig has no broker control")
+	}
+	if vhostScoped && len(args) > 0 {
+		args = append([]string{args[0], "-p", r.cfg.Vhost}, args[1:]...)
+	}
+	return r.cfg.Ctl(ctx, args...)
+}
