@@ -32,12 +32,12 @@ type Config struct {
 	OrderDBURL    string
 	StockDBURL    string
 	ShippingDBURL string
-	AMQPURL       string                                                   // may name a vhost
+	AMQPURL       string                                                    // may name a vhost
 	Ctl           func(ctx context.Context, args ...string) (string, error) // rabbitmqctl on the broker of AMQPURL
-	Vhost         string                                                   // vhost of AMQPURL, for Ctl's -p
-	Env           []string                                                 // KEY=VALUE added to every process
-	ProcessEnv    map[string][]string                                      // KEY=VALUE added to one process
-	Log           io.Writer                                                // the processes' output, prefixed; nil keeps it in memory
+	Vhost         string                                                    // vhost of AMQPURL, for Ctl's -p
+	Env           []string                                                  // KEY=VALUE added to every process
+	ProcessEnv    map[string][]string                                       // KEY=VALUE added to one process
+	Log           io.Writer                                                 // the processes' output, prefixed; nil keeps it in memory
 }
 
 // Proxy names: <process>-pg and <process>-amqp, for the processes "order"
