@@ -42,11 +42,12 @@ type orderJSON struct {
 type env struct {
 	srv  *httptest.Server
 	pool *pgxpool.Pool
+	url  string // of the test's database
 }
 
 func newEnv(t *testing.T, opts ...outbox.WriterOption) *env {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.FS)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func newEnv(t *testing.T, opts ...outbox.WriterOption) *env {
 	api.New(st, nil).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, pool: pool}
+	return &env{srv: srv, pool: pool, url: url}
 }
 
 type response struct {
@@ -467,5 +468,40 @@ func TestIdempotencyKeyGivenTwiceIsRejected(t *testing.T) {
 	checkProblem(t, response{resp.StatusCode, resp.Header, b}, http.StatusBadRequest, "Idempotency-Key")
 	if n := e.count(t, "orders"); n != 0 {
 		t.Errorf("orders rows = %d, want 0", n)
+	}
+}
+
+// While the database refuses connections every route answers 503 with
+// Retry-After, never 500; once it is back the same requests succeed.
+func TestDatabaseOutageAnswers503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o := e.create(t)
+	restore := testkit.RefuseConnections(t, e.url)
+
+	requests := []struct{ method, path, body string }{
+		{http.MethodPost, "/orders", createBody(uuid.New(), "1")},
+		{http.MethodGet, "/orders/" + o.ID, ""},
+		{http.MethodPost, "/orders/" + o.ID + "/place", ""},
+		{http.MethodPost, "/orders/" + o.ID + "/cancel", ""},
+	}
+	// Twice: first on the pool's terminated sessions, then on refused
+	// connections.
+	for range 2 {
+		for _, rq := range requests {
+			r := e.do(t, rq.method, rq.path, "application/json", []byte(rq.body), nil)
+			checkProblem(t, r, http.StatusServiceUnavailable, "")
+			if ra := r.header.Get("Retry-After"); ra != "5" {
+				t.Fatalf("%s %s: Retry-After %q, want 5", rq.method, rq.path, ra)
+			}
+		}
+	}
+
+	restore()
+	if r := e.post(t, "/orders/"+o.ID+"/place", ""); r.status != http.StatusOK {
+		t.Fatalf("place after the outage: %d %s", r.status, r.body)
+	}
+	if r := e.post(t, "/orders", createBody(uuid.New(), "1")); r.status != http.StatusCreated {
+		t.Fatalf("create after the outage: %d %s", r.status, r.body)
 	}
 }
