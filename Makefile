@@ -7,7 +7,7 @@ PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stoc
 MODULES   := contracts platform services/order services/stock services/shipping e2e
 BINARIES  := order stock shipping
 
-.PHONY: all build test unit e2e lint demo bench up down clean tidy
+.PHONY: all build test unit e2e lint demo bench chaos up down clean tidy
 
 all: lint test
 
@@ -40,6 +40,11 @@ demo: build
 ## bench: throughput and latency benchmarks; writes bench/out/latest.json
 bench: build
 	$(GO) run ./e2e/cmd/bench
+
+## chaos: a seeded soak of $(CHAOS_ORDERS) orders under random faults; CHAOS_SEED=N replays a run
+CHAOS_ORDERS ?= 10000
+chaos: build
+	$(GO) run ./e2e/cmd/chaos -orders $(CHAOS_ORDERS)
 
 ## up: the whole system in Docker (needs a Docker engine)
 up:

@@ -319,7 +319,7 @@ func TestFaultDatabaseSessions(t *testing.T) {
 // memory alarm (publishers blocked) and stop_app/start_app.
 func TestFaultBrokerNode(t *testing.T) {
 	t.Parallel()
-	node := privateNode(t)
+	node := testkit.StartRabbitNode(t)
 	t.Run("memory-alarm", func(t *testing.T) {
 		// Issue defect 1: the relay notices the blocked connection, says so
 		// on /readyz, still shuts down on SIGTERM, and publishes once the
@@ -330,17 +330,9 @@ func TestFaultBrokerNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := node.Ctl(ctx, "set_vm_memory_high_watermark", "0.0000001"); err != nil {
-				t.Fatal(err)
-			}
+			node.Alarm(t)
 			var once sync.Once
-			lift := func() {
-				once.Do(func() {
-					if _, err := node.Ctl(context.WithoutCancel(ctx), "set_vm_memory_high_watermark", "0.4"); err != nil {
-						t.Error(err)
-					}
-				})
-			}
+			lift := func() { once.Do(func() { node.ClearAlarm(t) }) }
 			defer lift()
 			eventually(t, "the leader's /readyz reports the blocked connection", func() string {
 				if st, body := readyz(ctx, leader); st != http.StatusServiceUnavailable {
@@ -365,13 +357,9 @@ func TestFaultBrokerNode(t *testing.T) {
 	t.Run("stop-start-app", func(t *testing.T) {
 		r := newRig(t, nodeVhost(t, node), nil)
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
-			if _, err := node.Ctl(ctx, "stop_app"); err != nil {
-				t.Fatal(err)
-			}
+			node.Ctl(t, "stop_app")
 			time.Sleep(10 * time.Second)
-			if _, err := node.Ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
-				t.Fatal(err)
-			}
+			node.Ctl(t, "start_app")
 		})
 		ledger(t, r, nil)
 	})

@@ -23,8 +23,10 @@ type Net struct {
 	proxies map[string]*toxiproxy.Proxy
 }
 
-// NewNet returns a Net with no proxy.
+// NewNet returns a Net with no proxy. Toxiproxy's toxics log through
+// zerolog's global logger; NewNet silences it, as the proxies' own logger is.
 func NewNet() *Net {
+	zerolog.SetGlobalLevel(zerolog.Disabled)
 	return &Net{
 		srv:     toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
 		proxies: map[string]*toxiproxy.Proxy{},
