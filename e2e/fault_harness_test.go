@@ -2,11 +2,13 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,6 +134,7 @@ func ledger(t *testing.T, r *fault.Rig, wantDLQ map[string]int) fault.Ledger {
 	t.Helper()
 	l, err := r.Ledger(testkit.Context(t), faultSettle, wantDLQ)
 	t.Logf("ledger: %s", l)
+	ledgers.add(t.Name(), l)
 	if err != nil {
 		t.Fatalf("ledger: %v", err)
 	}
@@ -139,4 +142,40 @@ func ledger(t *testing.T, r *fault.Rig, wantDLQ map[string]int) fault.Ledger {
 		t.Fatalf("ledger:\n%s", strings.Join(f, "\n"))
 	}
 	return l
+}
+
+// ledgers collects every scenario's ledger for the suite's summary line.
+var ledgers ledgerLog
+
+type ledgerLog struct {
+	mu    sync.Mutex
+	n     int
+	dups  int
+	lost  int
+	twice int
+	stall time.Duration
+	where string
+}
+
+func (g *ledgerLog) add(name string, l fault.Ledger) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	g.dups += l.Duplicates
+	g.lost += l.Lost
+	g.twice += l.Doubled
+	if l.LongestStall > g.stall {
+		g.stall, g.where = l.LongestStall, name
+	}
+}
+
+// summary is one line for CI logs, or "" when no fault scenario ran.
+func (g *ledgerLog) summary() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("fault suite: %d ledgers, lost %d, doubled %d, duplicates %d, longest stall %s (%s)",
+		g.n, g.lost, g.twice, g.dups, g.stall.Round(10*time.Millisecond), g.where)
 }

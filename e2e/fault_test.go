@@ -28,7 +28,7 @@ import (
 func TestFaultNetwork(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, sharedVhost(t), nil)
-	hold := 5 * time.Second
+	hold := 4 * time.Second
 	toxic := func(kind string, attrs map[string]any) func(*testing.T, string) {
 		return func(t *testing.T, proxy string) {
 			remove, err := r.Net.Toxic(proxy, kind, attrs)
@@ -67,9 +67,19 @@ func TestFaultNetwork(t *testing.T) {
 		{"standby-pg", "cut", cut},
 		{"standby-amqp", "timeout", toxic("timeout", map[string]any{"timeout": 0})},
 	}
+	var broken string // the fault after which the ledger stayed broken
 	for _, f := range faults {
-		t.Run(f.proxy+"/"+f.name, func(t *testing.T) {
-			underLoad(t, r, 20, 20, func(context.Context) { f.apply(t, f.proxy) })
+		name := f.proxy + "/" + f.name
+		t.Run(name, func(t *testing.T) {
+			if broken != "" {
+				t.Fatalf("not run: the ledger is still broken since %s", broken)
+			}
+			defer func() {
+				if t.Failed() {
+					broken = name
+				}
+			}()
+			underLoad(t, r, 15, 15, func(context.Context) { f.apply(t, f.proxy) })
 			ledger(t, r, nil)
 		})
 	}

@@ -49,7 +49,11 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: built the binaries in %s (race=%v)\n", time.Since(start).Round(time.Second), raceEnabled)
 		os.Setenv(binDirEnv, dir)
 	}
-	return m.Run()
+	code := m.Run()
+	if line := ledgers.summary(); line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
+	return code
 }
 
 // shop is one running system of the suite with its own databases and vhost.
