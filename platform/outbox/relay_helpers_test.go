@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -134,59 +131,6 @@ func newNamedPublisher(t testing.TB, topo amqp.Topology) (*amqp.Publisher, strin
 	pub := amqp.NewPublisher(conn, topo.Exchange)
 	t.Cleanup(func() { _ = pub.Close() })
 	return pub, name
-}
-
-// closeConnection makes the broker close the client connection named name,
-// through the management API beside the test broker.
-func closeConnection(t testing.TB, name string) {
-	t.Helper()
-	u, err := url.Parse(testkit.AMQPURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &url.URL{Scheme: "http", User: u.User, Host: net.JoinHostPort(u.Hostname(), "15672"), Path: "/api/connections"}
-	var conns []struct {
-		Name             string `json:"name"`
-		ClientProperties struct {
-			ConnectionName string `json:"connection_name"`
-		} `json:"client_properties"`
-	}
-	call := func(method, path string, out any) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-Reason", "test: broker closes the connection")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("management API: %v", err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			t.Fatalf("management API %s %s: %s", method, path, resp.Status)
-		}
-		if out != nil {
-			if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// The management API lists a new connection after a short delay.
-	end := time.Now().Add(30 * time.Second)
-	for {
-		call(http.MethodGet, api.String()+"?columns=name,client_properties.connection_name", &conns)
-		for _, c := range conns {
-			if c.ClientProperties.ConnectionName == name {
-				call(http.MethodDelete, api.String()+"/"+url.PathEscape(c.Name), nil)
-				return
-			}
-		}
-		if time.Now().After(end) {
-			t.Fatalf("connection %s not listed by the broker", name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // fastConfig reacts quickly, for tests.

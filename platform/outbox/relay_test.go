@@ -18,6 +18,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
 )
 
 func TestRelayPublishesConcurrentWritesExactlyOnceInOrder(t *testing.T) {
@@ -269,7 +270,7 @@ func TestRelayPublishesAgainAfterTheBrokerDropsItsConnection(t *testing.T) {
 	}
 	receive(t, in, n)
 
-	closeConnection(t, name)
+	testkit.CloseConnection(t, name)
 	for i := range n {
 		insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, fmt.Sprint(n+i))
 	}

@@ -55,3 +55,28 @@ func hostOf(raw string) string {
 	}
 	return u.Host
 }
+
+// CloseConnection makes the test broker close the client connection named
+// name (its connection_name property), as an operator or a failing node
+// would, through the management API when the broker has one, else
+// rabbitmqctl on this machine. It waits up to 30 s for the broker to list
+// the connection and fails t if it never does.
+func CloseConnection(t testing.TB, name string) {
+	t.Helper()
+	AMQPURL(t)
+	admin := found.mqAdmin
+	end := time.Now().Add(30 * time.Second)
+	for {
+		n, err := admin.CloseConnections(context.Background(), name, "test: broker closes the connection")
+		if err != nil {
+			t.Fatalf("testkit: %v (via %s)", err, admin.Via())
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("testkit: connection %s not listed by the broker (via %s)", name, admin.Via())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,10 +1,12 @@
 // Package rabbitadmin creates and deletes RabbitMQ virtual hosts for tests,
-// the demo and the benchmarks: through the broker's management HTTP API when
-// it answers, else through rabbitmqctl on this machine.
+// the demo and the benchmarks, and closes named client connections for fault
+// tests: through the broker's management HTTP API when it answers, else
+// through rabbitmqctl on this machine.
 package rabbitadmin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -189,8 +191,85 @@ func (a *Admin) DeleteVhosts(ctx context.Context, names []string) error {
 	return nil
 }
 
+// CloseConnections makes the broker close every client connection whose
+// connection_name client property is name (amqp.Options.Name sets it), as
+// an operator or a failing node would, with reason sent to the client in
+// connection.close. It returns how many it closed, 0 when none carries that
+// name yet (the management API lists a new connection after a few seconds;
+// rabbitmqctl sees it at once but only on the local node). Errors are the
+// failing request's status and body, or rabbitmqctl's output.
+func (a *Admin) CloseConnections(ctx context.Context, name, reason string) (int, error) {
+	if a.management == "" {
+		code := fmt.Sprintf(`Ps = [proplists:get_value(pid, I) || I <- rabbit_networking:connection_info_all([pid, client_properties]), `+
+			`lists:keyfind(<<"connection_name">>, 1, proplists:get_value(client_properties, I, [])) =:= {<<"connection_name">>, longstr, %s}], `+
+			`[rabbit_networking:close_connection(P, binary_to_list(%s)) || P <- Ps], length(Ps).`, erlangBinary(name), erlangBinary(reason))
+		out, err := rabbitmqctlOutput(ctx, "eval", code)
+		if err != nil {
+			return 0, fmt.Errorf("close connection %s: %w", name, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			return 0, fmt.Errorf("close connection %s: rabbitmqctl printed %q", name, out)
+		}
+		return n, nil
+	}
+	var conns []struct {
+		Name             string `json:"name"`
+		ClientProperties struct {
+			ConnectionName string `json:"connection_name"`
+		} `json:"client_properties"`
+	}
+	body, err := a.get(ctx, "/api/connections?columns=name,client_properties.connection_name")
+	if err != nil {
+		return 0, fmt.Errorf("close connection %s: %w", name, err)
+	}
+	if err := json.Unmarshal(body, &conns); err != nil {
+		return 0, fmt.Errorf("close connection %s: decode connections: %w", name, err)
+	}
+	n := 0
+	for _, c := range conns {
+		if c.ClientProperties.ConnectionName != name {
+			continue
+		}
+		if err := a.callHeader(ctx, http.MethodDelete, "/api/connections/"+url.PathEscape(c.Name), "", reason); err != nil {
+			return n, fmt.Errorf("close connection %s: %w", name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// get sends one management API GET and returns the body of a 200.
+func (a *Admin) get(ctx context.Context, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, httpTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.management+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %.512s", path, resp.Status, body)
+	}
+	return body, nil
+}
+
 // call sends one management API request; a DELETE answered 404 succeeds.
 func (a *Admin) call(ctx context.Context, method, path, body string) error {
+	return a.callHeader(ctx, method, path, body, "")
+}
+
+// callHeader is call with an X-Reason header when reason is not "" (the
+// management API passes it on when it closes a connection).
+func (a *Admin) callHeader(ctx context.Context, method, path, body, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, httpTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, a.management+path, strings.NewReader(body))
@@ -198,6 +277,9 @@ func (a *Admin) call(ctx context.Context, method, path, body string) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if reason != "" {
+		req.Header.Set("X-Reason", reason)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -226,13 +308,20 @@ func managementAnswers(ctx context.Context, base string) bool {
 }
 
 func rabbitmqctl(ctx context.Context, args ...string) error {
+	_, err := rabbitmqctlOutput(ctx, args...)
+	return err
+}
+
+// rabbitmqctlOutput runs rabbitmqctl -q with args, bounded by ctlTimeout,
+// and returns what it printed.
+func rabbitmqctlOutput(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("rabbitmqctl %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return string(out), nil
 }
 
 // erlangBinary writes s as an Erlang binary of its bytes, <<97,98>> for

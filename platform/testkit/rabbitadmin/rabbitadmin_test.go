@@ -162,3 +162,63 @@ func TestDetectWithoutManagementFallsBack(t *testing.T) {
 		t.Fatalf("Detect on a silent host chose %s %q", a.Via(), a.Management())
 	}
 }
+
+// CloseConnections closes exactly the named connection, through the detected
+// way and through rabbitmqctl, and the client learns the reason.
+func TestCloseConnections(t *testing.T) {
+	t.Parallel()
+	detected, err := rabbitadmin.Detect(testkit.Context(t), testkit.AMQPURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins := []*rabbitadmin.Admin{detected}
+	if detected.Via() != rabbitadmin.ViaRabbitmqctl {
+		ctl, err := rabbitadmin.New(testkit.AMQPURL(t), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		admins = append(admins, ctl)
+	}
+	for _, a := range admins {
+		dial := func(name string) chan *amqp091.Error {
+			props := amqp091.NewConnectionProperties()
+			props.SetClientConnectionName(name)
+			conn, err := amqp091.DialConfig(testkit.AMQPURL(t), amqp091.Config{Properties: props, Dial: amqp091.DefaultDial(5 * time.Second)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			return conn.NotifyClose(make(chan *amqp091.Error, 1))
+		}
+		name := uniqueVhost(t) + "-conn"
+		target, bystander := dial(name), dial(name+"-other")
+
+		end := time.Now().Add(30 * time.Second)
+		for {
+			n, err := a.CloseConnections(testkit.Context(t), name, "closed by a test")
+			if err != nil {
+				t.Fatalf("CloseConnections via %s: %v", a.Via(), err)
+			}
+			if n == 1 {
+				break
+			}
+			if n > 1 || time.Now().After(end) {
+				t.Fatalf("CloseConnections via %s closed %d connections", a.Via(), n)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		select {
+		case e := <-target:
+			if e == nil || e.Code != amqp091.ConnectionForced || !strings.Contains(e.Reason, "closed by a test") {
+				t.Fatalf("via %s the client saw %v", a.Via(), e)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("via %s the connection was not closed", a.Via())
+		}
+		select {
+		case e := <-bystander:
+			t.Fatalf("via %s another connection was closed too: %v", a.Via(), e)
+		default:
+		}
+	}
+}
