@@ -85,22 +85,25 @@ func TestFaultNetwork(t *testing.T) {
 	}
 }
 
-// TestFaultRejectPublish makes stock.events refuse every publish for a while
-// (a max-length 0 + reject-publish policy): the relay keeps retrying the
-// refused row alone with backoff, so the healthy shipping.events sees a few
-// duplicates, not a storm of whole batches (issue defect 5), and nothing is
-// lost once the policy is cleared.
+// TestFaultRejectPublish makes stock.events refuse publishes for a while:
+// stock stalls (SIGSTOP) behind a max-length 1 + reject-publish policy, so
+// the broker nacks every event for it. The relay retries the refused row
+// alone with backoff, so the healthy shipping.events sees a few duplicates,
+// not a storm of whole batches (issue defect 5), and nothing is lost once
+// the policy is cleared and stock goes on.
 func TestFaultRejectPublish(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, sharedVhost(t), nil)
 	ctx := testkit.Context(t)
 	var during int
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
-		if _, err := r.Ctl(ctx, true, "set_policy", "refuse-stock", `^stock\.events$`, `{"max-length":0,"overflow":"reject-publish"}`, "--apply-to", "queues"); err != nil {
+		if _, err := r.Ctl(ctx, true, "set_policy", "refuse-stock", `^stock\.events$`, `{"max-length":1,"overflow":"reject-publish"}`, "--apply-to", "queues"); err != nil {
 			t.Fatal(err)
 		}
 		from := r.Placed()
-		time.Sleep(8 * time.Second)
+		if err := r.Freeze(ctx, r.Sys.Stock, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		during = r.Placed() - from
 		if _, err := r.Ctl(ctx, true, "clear_policy", "refuse-stock"); err != nil {
 			t.Fatal(err)
@@ -192,7 +195,7 @@ func TestFaultBadContent(t *testing.T) {
 	}
 	// The same order's event under new ids: accepted, it would reserve the
 	// order's lines a second time.
-	textID := uuid.NewString()
+	textID := newEventID()
 	if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
 		return ch.PublishWithContext(ctx, contracts.Exchange, name, false, false, amqp091.Publishing{
 			ContentType: "text/plain", DeliveryMode: amqp091.Persistent, MessageId: textID, Type: name, Body: withID(textID),
@@ -200,11 +203,14 @@ func TestFaultBadContent(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := system.Publish(ctx, r.AMQPURL(), contracts.Exchange, name, uuid.NewString(), withID(uuid.NewString())); err != nil {
+	if err := system.Publish(ctx, r.AMQPURL(), contracts.Exchange, name, newEventID(), withID(newEventID())); err != nil {
 		t.Fatal(err)
 	}
 	ledger(t, r, map[string]int{contracts.QueueStockDLQ: 2, contracts.QueueShippingDLQ: 2})
 }
+
+// newEventID returns a fresh event id of the envelope's kind (UUIDv7).
+func newEventID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // TestFaultDatabaseOutage makes each consumer's database refuse connections
 // (ALLOW_CONNECTIONS false, every session terminated) for longer than its
