@@ -118,7 +118,7 @@ func TestFaultRejectPublish(t *testing.T) {
 	// A bound on copies, not on time: every refused row may come again a
 	// handful of times; re-sending whole batches multiplies the copies by
 	// the batch size.
-	if limit := 4*during + 100; int(sh) > limit {
+	if limit := 2*during + 50; int(sh) > limit {
 		t.Errorf("shipping.events received %v duplicates for %d events (limit %d): the relay re-sends whole batches", sh, during, limit)
 	}
 }
