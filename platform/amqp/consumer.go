@@ -472,6 +472,11 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	case errors.Is(err, ErrUnavailable):
 		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
 		return err
+	case ctx.Err() != nil:
+		// The shutdown grace period is over and cut the handler short: not
+		// the message's fault. Left unsettled, it goes back to the queue.
+		log.Warn("handler stopped by the shutdown; the delivery goes back to the queue", slog.Any("error", err))
+		return nil
 	case errors.Is(err, ErrPermanent):
 		c.metrics.failures.Inc()
 		log.Error("permanent failure, dead-lettering", slog.Any("error", err))

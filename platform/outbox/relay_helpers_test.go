@@ -141,6 +141,7 @@ func fastConfig() RelayConfig {
 		ConfirmTimeout: 5 * time.Second,
 		LockRetry:      50 * time.Millisecond,
 		StatsInterval:  50 * time.Millisecond,
+		MaxBackoff:     500 * time.Millisecond,
 	}
 }
 

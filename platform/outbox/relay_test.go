@@ -527,6 +527,8 @@ func TestNewRelayConfig(t *testing.T) {
 	want := RelayConfig{
 		BatchSize: DefaultBatchSize, PollInterval: DefaultPollInterval, ConfirmTimeout: DefaultConfirmTimeout,
 		Mode: Pipelined, LockKey: DefaultLockKey, LockRetry: DefaultLockRetry, StatsInterval: DefaultStatsInterval,
+		LockTimeout: DefaultLockTimeout, LockKeepalive: DefaultLockKeepalive, MaxBackoff: DefaultMaxBackoff,
+		StallTimeout: DefaultStallTimeout,
 	}
 	if !reflect.DeepEqual(r.cfg, want) {
 		t.Fatalf("defaults %+v, want %+v", r.cfg, want)
@@ -536,6 +538,10 @@ func TestNewRelayConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Fatalf("err %v does not name %s", err, s)
 		}
+	}
+	_, err = NewRelay(nil, nil, RelayConfig{LockTimeout: time.Second, LockKeepalive: 600 * time.Millisecond}, nil, prometheus.NewRegistry())
+	if err == nil || !strings.Contains(err.Error(), "LockKeepalive") {
+		t.Fatalf("a keepalive over half the lock timeout: err %v", err)
 	}
 	reg := prometheus.NewRegistry()
 	if _, err := NewRelay(nil, nil, RelayConfig{}, nil, reg); err != nil {
