@@ -144,6 +144,25 @@ func ledger(t *testing.T, r *fault.Rig, wantDLQ map[string]int) fault.Ledger {
 	return l
 }
 
+// steps runs faults one after the other on one rig, each as a subtest
+// ending with its ledger. Once one fails the ledger stays broken, so the
+// later ones fail at once, naming it, instead of waiting out their deadlines.
+type steps struct{ broken string }
+
+func (s *steps) run(t *testing.T, r *fault.Rig, name string, fn func(t *testing.T, r *fault.Rig)) {
+	t.Run(name, func(t *testing.T) {
+		if s.broken != "" {
+			t.Fatalf("not run: the system is still broken since %s", s.broken)
+		}
+		defer func() {
+			if t.Failed() {
+				s.broken = name
+			}
+		}()
+		fn(t, r)
+	})
+}
+
 // ledgers collects every scenario's ledger for the suite's summary line.
 var ledgers ledgerLog
 

@@ -17,9 +17,63 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/fault"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/testkit"
 )
+
+// TestFaultBroker raises faults in the rig's own vhost of the shared broker,
+// one after the other: a queue refusing publishes, deleted queues, a deleted
+// exchange, and messages with a wrong content type or message id (last, as
+// they stay in the dead-letter queues).
+func TestFaultBroker(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sharedVhost(t), nil)
+	var st steps
+	st.run(t, r, "reject-publish", rejectPublish)
+	st.run(t, r, "deleted-queue/"+contracts.QueueStock, deletedQueue(contracts.QueueStock))
+	st.run(t, r, "deleted-queue/"+contracts.QueueShipping, deletedQueue(contracts.QueueShipping))
+	st.run(t, r, "deleted-exchange", deletedExchange)
+	st.run(t, r, "bad-content", badContent)
+}
+
+// TestFaultBrokerNode raises node-wide faults on a private RabbitMQ node.
+func TestFaultBrokerNode(t *testing.T) {
+	t.Parallel()
+	node := testkit.StartRabbitNode(t)
+	r := newRig(t, nodeVhost(t, node), nil)
+	var st steps
+	st.run(t, r, "memory-alarm", memoryAlarm(node))
+	st.run(t, r, "stop-start-app", stopStartApp(node))
+}
+
+// TestFaultDatabase takes the databases away in turn: each consumer's for
+// longer than its retry budget, the order database, every session, and the
+// order database's listener.
+func TestFaultDatabase(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sharedVhost(t), nil)
+	var st steps
+	st.run(t, r, "outage/stock", databaseOutage("stock"))
+	st.run(t, r, "outage/shipping", databaseOutage("shipping"))
+	st.run(t, r, "outage/order", orderDatabaseOutage)
+	st.run(t, r, "terminated-backends", terminatedBackends)
+	st.run(t, r, "paused-listener", pausedListener)
+}
+
+// TestFaultSignals freezes the leading relay, then sends SIGKILL, SIGSTOP and
+// SIGTERM to every process in a random order (seed logged).
+func TestFaultSignals(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sharedVhost(t), nil)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var st steps
+	st.run(t, r, "frozen-leader", frozenLeader)
+	for _, sig := range []string{"SIGKILL", "SIGSTOP", "SIGTERM"} {
+		st.run(t, r, sig, signals(sig, seed))
+	}
+}
 
 // TestFaultNetwork cuts, slows and stalls the connection of each process to
 // PostgreSQL or RabbitMQ through its Toxiproxy proxy while orders are placed,
@@ -67,34 +121,27 @@ func TestFaultNetwork(t *testing.T) {
 		{"standby-pg", "cut", cut},
 		{"standby-amqp", "timeout", toxic("timeout", map[string]any{"timeout": 0})},
 	}
-	var broken string // the fault after which the ledger stayed broken
+	var st steps
 	for _, f := range faults {
-		name := f.proxy + "/" + f.name
-		t.Run(name, func(t *testing.T) {
-			if broken != "" {
-				t.Fatalf("not run: the ledger is still broken since %s", broken)
-			}
-			defer func() {
-				if t.Failed() {
-					broken = name
-				}
-			}()
+		st.run(t, r, f.proxy+"/"+f.name, func(t *testing.T, r *fault.Rig) {
 			underLoad(t, r, 15, 15, func(context.Context) { f.apply(t, f.proxy) })
 			ledger(t, r, nil)
 		})
 	}
 }
 
-// TestFaultRejectPublish makes stock.events refuse publishes for a while:
+// rejectPublish makes stock.events refuse publishes for a while:
 // stock stalls (SIGSTOP) behind a max-length 1 + reject-publish policy, so
 // the broker nacks every event for it. The relay retries the refused row
 // alone with backoff, so the healthy shipping.events sees a few duplicates,
 // not a storm of whole batches (issue defect 5), and nothing is lost once
 // the policy is cleared and stock goes on.
-func TestFaultRejectPublish(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
+func rejectPublish(t *testing.T, r *fault.Rig) {
 	ctx := testkit.Context(t)
+	before, err := r.Sys.Shipping.Metric(ctx, "inbox_duplicates_total", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var during int
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
 		if _, err := r.Ctl(ctx, true, "set_policy", "refuse-stock", `^stock\.events$`, `{"max-length":1,"overflow":"reject-publish"}`, "--apply-to", "queues"); err != nil {
@@ -110,10 +157,11 @@ func TestFaultRejectPublish(t *testing.T) {
 		}
 	})
 	ledger(t, r, nil)
-	sh, err := r.Sys.Shipping.Metric(ctx, "inbox_duplicates_total", nil)
+	after, err := r.Sys.Shipping.Metric(ctx, "inbox_duplicates_total", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sh := after - before
 	t.Logf("shipping saw %v duplicates for %d orders placed while stock.events refused publishes", sh, during)
 	// A bound on copies, not on time: every refused row may come again a
 	// handful of times; re-sending whole batches multiplies the copies by
@@ -123,43 +171,37 @@ func TestFaultRejectPublish(t *testing.T) {
 	}
 }
 
-// TestFaultDeletedQueue deletes stock.events (and later shipping.events)
+// deletedQueue deletes stock.events (and later shipping.events)
 // while the system runs: the consumer declares its queue again at once, and
 // every event published after that reaches it (issue defect 2). Deleting a
 // queue deletes its messages, so the load is paused while the queue is
 // drained and gone.
-func TestFaultDeletedQueue(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
-	for _, q := range []string{contracts.QueueStock, contracts.QueueShipping} {
-		t.Run(q, func(t *testing.T) {
-			ctx := testkit.Context(t)
-			underLoad(t, r, 20, 0, func(context.Context) {})
-			ledger(t, r, nil) // drained
-			if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
-				_, err := ch.QueueDelete(q, false, false, false)
-				return err
-			}); err != nil {
-				t.Fatalf("delete %s: %v", q, err)
+func deletedQueue(q string) func(t *testing.T, r *fault.Rig) {
+	return func(t *testing.T, r *fault.Rig) {
+		ctx := testkit.Context(t)
+		underLoad(t, r, 20, 0, func(context.Context) {})
+		ledger(t, r, nil) // drained
+		if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDelete(q, false, false, false)
+			return err
+		}); err != nil {
+			t.Fatalf("delete %s: %v", q, err)
+		}
+		eventually(t, q+" declared again", func() string {
+			if _, err := system.QueueDepths(ctx, r.AMQPURL(), q); err != nil {
+				return err.Error()
 			}
-			eventually(t, q+" declared again", func() string {
-				if _, err := system.QueueDepths(ctx, r.AMQPURL(), q); err != nil {
-					return err.Error()
-				}
-				return ""
-			})
-			underLoad(t, r, 0, 40, func(context.Context) {})
-			ledger(t, r, nil)
+			return ""
 		})
+		underLoad(t, r, 0, 40, func(context.Context) {})
+		ledger(t, r, nil)
 	}
 }
 
-// TestFaultDeletedExchange deletes app.events under load: the relay's
+// deletedExchange deletes app.events under load: the relay's
 // publishes fail, it declares the topology again (exchange and bindings) and
 // publishes the failed batch; nothing is lost (issue defect 3).
-func TestFaultDeletedExchange(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
+func deletedExchange(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 40, func(ctx context.Context) {
 		if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
 			return ch.ExchangeDelete(contracts.Exchange, false, false)
@@ -170,12 +212,10 @@ func TestFaultDeletedExchange(t *testing.T) {
 	ledger(t, r, nil)
 }
 
-// TestFaultBadContent publishes a valid envelope with content_type
+// badContent publishes a valid envelope with content_type
 // text/plain, and one whose message_id is not its event_id: each consumer
 // dead-letters both (issue defect 7) and no order is touched by them.
-func TestFaultBadContent(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
+func badContent(t *testing.T, r *fault.Rig) {
 	ctx := testkit.Context(t)
 	underLoad(t, r, 10, 0, func(context.Context) {})
 	ledger(t, r, nil)
@@ -212,39 +252,33 @@ func TestFaultBadContent(t *testing.T) {
 // newEventID returns a fresh event id of the envelope's kind (UUIDv7).
 func newEventID() string { return uuid.Must(uuid.NewV7()).String() }
 
-// TestFaultDatabaseOutage makes each consumer's database refuse connections
+// databaseOutage makes each consumer's database refuse connections
 // (ALLOW_CONNECTIONS false, every session terminated) for longer than its
 // whole retry budget while events keep coming: the consumer stops taking
 // deliveries until its database is back and dead-letters nothing (issue
 // defect 4).
-func TestFaultDatabaseOutage(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
-	for _, db := range []string{"stock", "shipping"} {
-		t.Run(db, func(t *testing.T) {
-			underLoad(t, r, 20, 20, func(ctx context.Context) {
-				unblock, err := r.BlockDatabase(ctx, db)
-				if err != nil {
-					t.Fatal(err)
-				}
-				from := r.Placed()
-				time.Sleep(15 * time.Second)
-				if err := unblock(context.WithoutCancel(ctx)); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("%d orders placed while the %s database was down", r.Placed()-from, db)
-			})
-			ledger(t, r, nil)
+func databaseOutage(db string) func(t *testing.T, r *fault.Rig) {
+	return func(t *testing.T, r *fault.Rig) {
+		underLoad(t, r, 20, 20, func(ctx context.Context) {
+			unblock, err := r.BlockDatabase(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := r.Placed()
+			time.Sleep(15 * time.Second)
+			if err := unblock(context.WithoutCancel(ctx)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d orders placed while the %s database was down", r.Placed()-from, db)
 		})
+		ledger(t, r, nil)
 	}
 }
 
-// TestFaultOrderDatabaseOutage blocks the order database: the order API
+// orderDatabaseOutage blocks the order database: the order API
 // answers 503 with Retry-After (never 500) until it is back (issue defect
 // 7); the relays wait; nothing placed is lost.
-func TestFaultOrderDatabaseOutage(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
+func orderDatabaseOutage(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
 		unblock, err := r.BlockDatabase(ctx, "order")
 		if err != nil {
@@ -291,56 +325,49 @@ func postOrder(ctx context.Context, addr string) (int, string, error) {
 	return resp.StatusCode, resp.Header.Get("Retry-After"), nil
 }
 
-// TestFaultDatabaseSessions terminates every session of each database under
-// load, and freezes the order database's listener (a proxy that accepts and
-// holds every byte): the processes reconnect by themselves.
-func TestFaultDatabaseSessions(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
-	t.Run("terminated-backends", func(t *testing.T) {
-		underLoad(t, r, 20, 20, func(ctx context.Context) {
-			for round := range 2 {
-				for _, db := range []string{"order", "stock", "shipping"} {
-					n, err := r.TerminateBackends(ctx, db)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Logf("round %d: terminated %d sessions of the %s database", round, n, db)
-				}
-				time.Sleep(time.Second)
-			}
-		})
-		ledger(t, r, nil)
-	})
-	t.Run("paused-listener", func(t *testing.T) {
-		underLoad(t, r, 20, 20, func(ctx context.Context) {
-			var removes []func()
-			for _, p := range []string{"order-pg", "relay-pg", "standby-pg"} {
-				remove, err := r.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
+// terminatedBackends terminates every session of each database under load:
+// the processes reconnect by themselves.
+func terminatedBackends(t *testing.T, r *fault.Rig) {
+	underLoad(t, r, 20, 20, func(ctx context.Context) {
+		for round := range 2 {
+			for _, db := range []string{"order", "stock", "shipping"} {
+				n, err := r.TerminateBackends(ctx, db)
 				if err != nil {
 					t.Fatal(err)
 				}
-				removes = append(removes, remove)
+				t.Logf("round %d: terminated %d sessions of the %s database", round, n, db)
 			}
-			time.Sleep(10 * time.Second)
-			for _, remove := range removes {
-				remove()
-			}
-		})
-		ledger(t, r, nil)
+			time.Sleep(time.Second)
+		}
 	})
+	ledger(t, r, nil)
 }
 
-// TestFaultBrokerNode raises node-wide faults on a private RabbitMQ node: a
-// memory alarm (publishers blocked) and stop_app/start_app.
-func TestFaultBrokerNode(t *testing.T) {
-	t.Parallel()
-	node := testkit.StartRabbitNode(t)
-	t.Run("memory-alarm", func(t *testing.T) {
-		// Issue defect 1: the relay notices the blocked connection, says so
-		// on /readyz, still shuts down on SIGTERM, and publishes once the
-		// alarm is lifted.
-		r := newRig(t, nodeVhost(t, node), nil)
+// pausedListener freezes the order database's listener: the proxies of
+// the order API and both relays accept connections and hold every byte.
+func pausedListener(t *testing.T, r *fault.Rig) {
+	underLoad(t, r, 20, 20, func(ctx context.Context) {
+		var removes []func()
+		for _, p := range []string{"order-pg", "relay-pg", "standby-pg"} {
+			remove, err := r.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			removes = append(removes, remove)
+		}
+		time.Sleep(10 * time.Second)
+		for _, remove := range removes {
+			remove()
+		}
+	})
+	ledger(t, r, nil)
+}
+
+// memoryAlarm raises a memory alarm on the private node (publishers blocked):
+// the relay notices the blocked connection, says so on /readyz, still shuts
+// down on SIGTERM, and publishes once the alarm is lifted (issue defect 1).
+func memoryAlarm(node *testkit.RabbitNode) func(t *testing.T, r *fault.Rig) {
+	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
 			leader, err := r.Leader(ctx, faultSettle)
 			if err != nil {
@@ -369,16 +396,20 @@ func TestFaultBrokerNode(t *testing.T) {
 			}
 		})
 		ledger(t, r, nil)
-	})
-	t.Run("stop-start-app", func(t *testing.T) {
-		r := newRig(t, nodeVhost(t, node), nil)
+	}
+}
+
+// stopStartApp stops the broker application for 10 s and starts it again:
+// every process reconnects and declares its topology.
+func stopStartApp(node *testkit.RabbitNode) func(t *testing.T, r *fault.Rig) {
+	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
 			node.Ctl(t, "stop_app")
 			time.Sleep(10 * time.Second)
 			node.Ctl(t, "start_app")
 		})
 		ledger(t, r, nil)
-	})
+	}
 }
 
 // readyz returns the status and body of p's /readyz.
@@ -398,12 +429,10 @@ func readyz(ctx context.Context, p *system.Process) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(b.String())
 }
 
-// TestFaultFrozenLeader freezes the leading relay with SIGSTOP: the standby
+// frozenLeader freezes the leading relay with SIGSTOP: the standby
 // takes the lock over (issue defect 6) and publishes; when the old leader
 // thaws it finds it lost the lock. The takeover time is reported.
-func TestFaultFrozenLeader(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
+func frozenLeader(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
 		leader, err := r.Leader(ctx, faultSettle)
 		if err != nil {
@@ -444,52 +473,42 @@ func TestFaultFrozenLeader(t *testing.T) {
 	}
 }
 
-// TestFaultSignals sends SIGKILL, SIGSTOP (then SIGCONT) and SIGTERM to each
-// process in a random order at random points of the load; killed and
+// signals sends sig (SIGKILL, SIGSTOP then SIGCONT 3 s later, or SIGTERM) to
+// each process in a random order at random points of the load; killed and
 // terminated processes are started again, as a supervisor would. SIGTERM
-// must end a process within its grace period. The seed is logged.
-func TestFaultSignals(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, sharedVhost(t), nil)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	names := []string{"order", "relay", "standby", "stock", "shipping"}
-	for _, sig := range []string{"SIGKILL", "SIGSTOP", "SIGTERM"} {
-		t.Run(sig, func(t *testing.T) {
-			order := append([]string(nil), names...)
-			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-			delays := make([]time.Duration, len(order))
-			for i := range delays {
-				delays[i] = time.Duration(200+rng.IntN(1500)) * time.Millisecond
+// must end a process within its grace period.
+func signals(sig string, seed uint64) func(t *testing.T, r *fault.Rig) {
+	return func(t *testing.T, r *fault.Rig) {
+		rng := rand.New(rand.NewPCG(seed, uint64(len(sig))))
+		order := []string{"order", "relay", "standby", "stock", "shipping"}
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		delays := make([]time.Duration, len(order))
+		for i := range delays {
+			delays[i] = time.Duration(200+rng.IntN(1500)) * time.Millisecond
+		}
+		underLoad(t, r, 10, 20, func(ctx context.Context) {
+			var errs []error
+			for i, name := range order {
+				time.Sleep(delays[i])
+				p := r.Process(name)
+				var err error
+				switch sig {
+				case "SIGKILL":
+					err = r.Kill(ctx, p, faultSettle)
+				case "SIGSTOP":
+					err = r.Freeze(ctx, p, 3*time.Second)
+				case "SIGTERM":
+					var took time.Duration
+					took, err = r.Term(ctx, p, 15*time.Second)
+					t.Logf("%s stopped in %s", name, took.Round(time.Millisecond))
+					err = errors.Join(err, r.Restart(ctx, p, faultSettle))
+				}
+				errs = append(errs, err)
 			}
-			underLoad(t, r, 10, 20, func(ctx context.Context) {
-				var errs []error
-				var mu sync.Mutex
-				for i, name := range order {
-					time.Sleep(delays[i])
-					p := r.Process(name)
-					var err error
-					switch sig {
-					case "SIGKILL":
-						err = r.Kill(ctx, p, faultSettle)
-					case "SIGSTOP":
-						err = r.Freeze(ctx, p, 3*time.Second)
-					case "SIGTERM":
-						var took time.Duration
-						took, err = r.Term(ctx, p, 15*time.Second)
-						t.Logf("%s stopped in %s", name, took.Round(time.Millisecond))
-						err = errors.Join(err, r.Restart(ctx, p, faultSettle))
-					}
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-				if err := errors.Join(errs...); err != nil {
-					t.Error(err)
-				}
-			})
-			ledger(t, r, nil)
+			if err := errors.Join(errs...); err != nil {
+				t.Error(err)
+			}
 		})
+		ledger(t, r, nil)
 	}
 }
