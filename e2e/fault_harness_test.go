@@ -48,14 +48,29 @@ func sharedVhost(t *testing.T) broker {
 	}}
 }
 
-// nodeVhost makes a fresh vhost on the private node n (testkit.StartRabbitNode).
-func nodeVhost(t *testing.T, n *testkit.RabbitNode) broker {
+// privateNode starts a private RabbitMQ node for node-wide faults and stops
+// it when the test ends.
+func privateNode(t *testing.T) *fault.Node {
+	n, err := fault.StartNode(testkit.Context(t))
+	if err != nil {
+		t.Fatalf("private RabbitMQ node: %v", err)
+	}
+	t.Cleanup(n.Stop)
+	t.Logf("private RabbitMQ node %s at %s", n.Name, n.AMQPURL)
+	return n
+}
+
+// nodeVhost makes a fresh vhost on the private node n.
+func nodeVhost(t *testing.T, n *fault.Node) broker {
+	ctx := testkit.Context(t)
 	vhost := testkit.UniqueName(t, "fault")
-	n.Ctl(t, "add_vhost", vhost)
-	n.Ctl(t, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-	return broker{amqpURL: n.URL + url.PathEscape(vhost), vhost: vhost, ctl: func(_ context.Context, args ...string) (string, error) {
-		return n.Ctl(t, args...), nil
-	}}
+	if _, err := n.Ctl(ctx, "add_vhost", vhost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Ctl(ctx, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	return broker{amqpURL: n.AMQPURL + url.PathEscape(vhost), vhost: vhost, ctl: n.Ctl}
 }
 
 // newRig starts the shop behind proxies on fresh databases and b, with the

@@ -40,7 +40,7 @@ func TestFaultBroker(t *testing.T) {
 // TestFaultBrokerNode raises node-wide faults on a private RabbitMQ node.
 func TestFaultBrokerNode(t *testing.T) {
 	t.Parallel()
-	node := testkit.StartRabbitNode(t)
+	node := privateNode(t)
 	r := newRig(t, nodeVhost(t, node), nil)
 	var st steps
 	st.run(t, r, "memory-alarm", memoryAlarm(node))
@@ -366,16 +366,24 @@ func pausedListener(t *testing.T, r *fault.Rig) {
 // memoryAlarm raises a memory alarm on the private node (publishers blocked):
 // the relay notices the blocked connection, says so on /readyz, still shuts
 // down on SIGTERM, and publishes once the alarm is lifted (issue defect 1).
-func memoryAlarm(node *testkit.RabbitNode) func(t *testing.T, r *fault.Rig) {
+func memoryAlarm(node *fault.Node) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
 			leader, err := r.Leader(ctx, faultSettle)
 			if err != nil {
 				t.Fatal(err)
 			}
-			node.Alarm(t)
+			if _, err := node.Ctl(ctx, "set_vm_memory_high_watermark", "0.0000001"); err != nil {
+				t.Fatal(err)
+			}
 			var once sync.Once
-			lift := func() { once.Do(func() { node.ClearAlarm(t) }) }
+			lift := func() {
+				once.Do(func() {
+					if _, err := node.Ctl(context.WithoutCancel(ctx), "set_vm_memory_high_watermark", "0.4"); err != nil {
+						t.Error(err)
+					}
+				})
+			}
 			defer lift()
 			eventually(t, "the leader's /readyz reports the blocked connection", func() string {
 				if st, body := readyz(ctx, leader); st != http.StatusServiceUnavailable {
@@ -401,12 +409,16 @@ func memoryAlarm(node *testkit.RabbitNode) func(t *testing.T, r *fault.Rig) {
 
 // stopStartApp stops the broker application for 10 s and starts it again:
 // every process reconnects and declares its topology.
-func stopStartApp(node *testkit.RabbitNode) func(t *testing.T, r *fault.Rig) {
+func stopStartApp(node *fault.Node) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
-			node.Ctl(t, "stop_app")
+			if _, err := node.Ctl(ctx, "stop_app"); err != nil {
+				t.Fatal(err)
+			}
 			time.Sleep(10 * time.Second)
-			node.Ctl(t, "start_app")
+			if _, err := node.Ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
+				t.Fatal(err)
+			}
 		})
 		ledger(t, r, nil)
 	}
