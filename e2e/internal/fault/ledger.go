@@ -19,9 +19,9 @@ type Ledger struct {
 	Reserved     int            // orders holding at least one reservation
 	Lost         int            // events a consumer never processed, plus outbox rows never published
 	Doubled      int            // order lines reserved more than once
-	Duplicates   int            // deliveries the inboxes recognised as duplicates (reported, never a failure)
+	Duplicates   int            // deliveries the inboxes recognised as duplicates since the previous ledger (reported, never a failure)
 	DeadLettered map[string]int // messages in each dead-letter queue
-	LongestStall time.Duration  // longest time processing stood still with events outstanding
+	LongestStall time.Duration  // longest time processing stood still with events outstanding, since the previous ledger
 	NotReady     []string       // processes that exited by themselves or did not answer /readyz 200
 }
 
@@ -67,7 +67,10 @@ func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[stri
 	if err != nil {
 		return l, err
 	}
-	l.Duplicates = r.Duplicates(ctx)
+	total := r.Duplicates(ctx)
+	r.mu.Lock()
+	l.Duplicates, r.dupsLedger = total-r.dupsLedger, total
+	r.mu.Unlock()
 	l.LongestStall = r.takeStall()
 	return l, nil
 }

@@ -63,6 +63,7 @@ type Rig struct {
 
 	mu         sync.Mutex
 	dupsBefore float64 // duplicates counted by consumer processes since replaced
+	dupsLedger int     // duplicates already reported by an earlier ledger
 	stall      time.Duration
 	stopWatch  context.CancelFunc
 	watchDone  chan struct{}
