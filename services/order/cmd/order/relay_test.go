@@ -244,11 +244,22 @@ func TestRelayCommandRejectsBadSettings(t *testing.T) {
 		"RELAY_MODE":          "fast",
 		"RELAY_BATCH_SIZE":    "0",
 		"RELAY_POLL_INTERVAL": "soon",
+		"RELAY_LOCK_TIMEOUT":  "-1s",
+		"RELAY_LOCK_RETRY":    "0s",
+		"RELAY_MAX_BACKOFF":   "often",
+		"RELAY_STALL_TIMEOUT": "1",
 	}), io.Discard, io.Discard)
-	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL"} {
+	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LOCK_TIMEOUT",
+		"RELAY_LOCK_RETRY", "RELAY_MAX_BACKOFF", "RELAY_STALL_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), v) {
 			t.Fatalf("error %v does not name %s", err, v)
 		}
+	}
+	err = run(t.Context(), []string{"order", "relay"}, env(map[string]string{
+		"RELAY_LOCK_TIMEOUT": "2s", "RELAY_LOCK_KEEPALIVE": "1500ms",
+	}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "RELAY_LOCK_KEEPALIVE") {
+		t.Fatalf("a keepalive over half the lock timeout: error %v", err)
 	}
 	if err := run(t.Context(), []string{"order", "relay", "extra"}, env(nil), io.Discard, io.Discard); err == nil {
 		t.Fatal("relay accepted an argument")
@@ -290,5 +301,80 @@ func TestPurgeOutboxCommand(t *testing.T) {
 	}
 	if left[old] || !left[recent] || !left[pending] || len(left) != 2 {
 		t.Fatalf("rows left %v (old %s, recent %s, pending %s)", left, old, recent, pending)
+	}
+}
+
+// While the broker refuses the relay's messages (a bound queue full with
+// reject-publish), /readyz answers 503 naming the publishing check once
+// RELAY_STALL_TIMEOUT has passed, and 200 again once the row is published.
+func TestRelayCommandReadyzReportsALeaderThatCannotPublish(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	amqpURL := testkit.NewVhost(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &relayLogs{addr: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"order", "relay"}, env(map[string]string{
+			"ORDER_DATABASE_URL":  dbURL,
+			"AMQP_URL":            amqpURL,
+			"HTTP_ADDR":           "127.0.0.1:0",
+			"RELAY_POLL_INTERVAL": "50ms",
+			"RELAY_MAX_BACKOFF":   "200ms",
+			"RELAY_STALL_TIMEOUT": "500ms",
+		}), io.Discard, logs)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	base := "http://" + <-logs.addr
+	waitFor(t, "ready", 30*time.Second, func() bool { code, _ := httpGet(t, base+"/readyz"); return code == http.StatusOK })
+
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const q = "test.refusing"
+	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, contracts.EventOrderPlaced, contracts.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", q, false, false, amqp091.Publishing{Body: []byte("filler")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refusing queue is full", 30*time.Second, func() bool {
+		st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		return err == nil && st.Messages == 1
+	})
+	id := insertOutboxRow(t, pool, time.Time{})
+	waitFor(t, "/readyz reports the relay", 30*time.Second, func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "publishing")
+	})
+	if _, err := ch.QueuePurge(q, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ready again", 30*time.Second, func() bool { code, _ := httpGet(t, base+"/readyz"); return code == http.StatusOK })
+	var attempts int
+	var lastError string
+	if err := pool.QueryRow(t.Context(), `SELECT attempts, last_error FROM outbox WHERE id = $1`, id).Scan(&attempts, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if attempts == 0 || !strings.Contains(lastError, "nack") {
+		t.Fatalf("attempts %d, last_error %q", attempts, lastError)
+	}
+	if n := strings.Count(logs.String(), "cannot publish; retrying"); n != 1 {
+		t.Fatalf("%d WARN lines for one failure streak:\n%s", n, logs)
 	}
 }
