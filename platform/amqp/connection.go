@@ -12,11 +12,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // ErrClosed is returned by Connection methods after Close.
 var ErrClosed = errors.New("amqp: connection manager closed")
+
+// ErrBlocked means the broker blocks the connection (connection.blocked,
+// sent while a memory or disk alarm is on and the connection publishes): it
+// reads nothing from it until the alarm clears. Errors that wrap it name the
+// broker's reason ("low on memory", "low on disk space") and how long the
+// block has lasted.
+var ErrBlocked = errors.New("connection blocked by the broker")
 
 // Options tunes a Connection. The zero value gives the defaults.
 type Options struct {
@@ -25,8 +33,23 @@ type Options struct {
 	MinBackoff time.Duration
 	// MaxBackoff caps the wait between connection attempts (default 10 s).
 	MaxBackoff time.Duration
-	// Name is shown as connection_name in the RabbitMQ tools (optional).
+	// Name is shown as connection_name in the RabbitMQ tools and labels the
+	// connection's metric (optional).
 	Name string
+	// CloseTimeout bounds Close: the connection.close handshake gets this
+	// long before the socket is closed anyway, so that Close returns in time
+	// even when the broker reads nothing (default 5 s).
+	CloseTimeout time.Duration
+	// RedeclareInterval is how often the topology is declared again while
+	// connected (default 5 s; negative: never), so that an entity deleted by
+	// hand (a queue, an exchange and with it its bindings) is back within
+	// one interval even when no call of this process fails on it. Every
+	// declaration is idempotent.
+	RedeclareInterval time.Duration
+	// Registerer, when set, gets the gauge amqp_connection_blocked{connection}:
+	// 1 while the broker blocks the connection, else 0. A collector already
+	// registered by another Connection is shared.
+	Registerer prometheus.Registerer
 }
 
 func (o Options) withDefaults() Options {
@@ -39,6 +62,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = o.MinBackoff
 	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = 5 * time.Second
+	}
+	if o.RedeclareInterval == 0 {
+		o.RedeclareInterval = 5 * time.Second
+	}
 	return o
 }
 
@@ -47,14 +76,23 @@ func (o Options) withDefaults() Options {
 // (re)connect, watches the connection and redials after a loss until Close.
 // Channels are opened on the live connection with Channel. A Connection is
 // safe for concurrent use.
+//
+// It listens for connection.blocked: while the broker blocks the connection
+// (a resource alarm), Ready reports ErrBlocked with the reason, the gauge
+// amqp_connection_blocked is 1, and one WARN line is logged when the block
+// starts and one when it ends (with blocked_ms). The broker blocks only
+// connections that publish, so a process that consumes and publishes should
+// use two Connections, or its acks stall during an alarm.
 type Connection struct {
-	url    string
-	topo   Topology
-	logger *slog.Logger
-	opts   Options
+	url     string
+	topo    Topology
+	logger  *slog.Logger
+	opts    Options
+	blocked prometheus.Gauge
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	bg   sync.WaitGroup // broker calls left behind by a caller whose ctx ended
 
 	mu      sync.Mutex
 	conn    *amqp091.Connection // nil while disconnected
@@ -62,6 +100,11 @@ type Connection struct {
 	up      chan struct{}       // closed when conn becomes live; replaced on loss
 	lastErr error               // why the connection is down
 	closed  bool
+	// blockReason is the broker's reason while it blocks conn, else "";
+	// unblocked is closed while conn is not blocked.
+	blockReason  string
+	blockedSince time.Time
+	unblocked    chan struct{}
 }
 
 // Dial connects to url with the default Options; see DialOptions.
@@ -85,19 +128,30 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Connection{
-		url:    url,
-		topo:   topo,
-		logger: logger.With(slog.String("component", "amqp"), slog.String("url", maskURL(url))),
-		opts:   opts.withDefaults(),
-		done:   make(chan struct{}),
-		up:     make(chan struct{}),
+		url:       url,
+		topo:      topo,
+		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", maskURL(url))),
+		opts:      opts.withDefaults(),
+		done:      make(chan struct{}),
+		up:        make(chan struct{}),
+		unblocked: make(chan struct{}),
 	}
+	close(c.unblocked)
+	gauge, err := blockedGauge(c.opts.Registerer, c.opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	c.blocked = gauge
 	b := newBackoff(c.opts.MinBackoff, c.opts.MaxBackoff)
 	for {
-		conn, err := c.connect()
+		conn, blocks, err := c.connect()
 		if err == nil {
 			c.wg.Add(1)
-			go c.watch(conn)
+			go c.watch(conn, blocks)
+			if c.opts.RedeclareInterval > 0 {
+				c.wg.Add(1)
+				go c.redeclareEvery(c.opts.RedeclareInterval)
+			}
 			return c, nil
 		}
 		var amqpErr *amqp091.Error
@@ -112,7 +166,8 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 }
 
 // connect dials once, declares the topology and publishes the connection.
-func (c *Connection) connect() (*amqp091.Connection, error) {
+// blocks receives the connection's connection.blocked notifications.
+func (c *Connection) connect() (conn *amqp091.Connection, blocks chan amqp091.Blocking, err error) {
 	var sock net.Conn
 	cfg := amqp091.Config{
 		Heartbeat:  10 * time.Second,
@@ -127,26 +182,27 @@ func (c *Connection) connect() (*amqp091.Connection, error) {
 	if c.opts.Name != "" {
 		cfg.Properties.SetClientConnectionName(c.opts.Name)
 	}
-	conn, err := amqp091.DialConfig(c.url, cfg)
+	conn, err = amqp091.DialConfig(c.url, cfg)
 	if err != nil {
 		c.setDown(err)
-		return nil, fmt.Errorf("amqp dial %s: %w", maskURL(c.url), err)
+		return nil, nil, fmt.Errorf("amqp dial %s: %w", maskURL(c.url), err)
 	}
+	blocks = conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
 	if err := c.declare(conn); err != nil {
-		_ = conn.Close()
+		_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
 		c.setDown(err)
-		return nil, err
+		return nil, nil, err
 	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		_ = conn.Close()
-		return nil, ErrClosed
+		_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
+		return nil, nil, ErrClosed
 	}
 	c.conn, c.netConn, c.lastErr = conn, sock, nil
 	close(c.up)
-	return conn, nil
+	return conn, blocks, nil
 }
 
 func (c *Connection) declare(conn *amqp091.Connection) error {
@@ -164,14 +220,19 @@ func (c *Connection) declare(conn *amqp091.Connection) error {
 // Redeclare declares the topology again on a channel of the live connection,
 // for a client that found an entity missing (deleted by an operator, say)
 // while the connection stayed up. It waits for a reconnect like Channel and
-// returns the broker's error when the declaration fails.
+// returns the broker's error when the declaration fails, or an error
+// wrapping ctx.Err() (and ErrBlocked while the broker blocks the connection)
+// when ctx ends first; the declaration then finishes in the background.
 func (c *Connection) Redeclare(ctx context.Context) error {
 	ch, err := c.Channel(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = ch.Close() }()
-	if err := c.topo.Declare(ch); err != nil {
+	err = c.await(ctx, func() error {
+		defer func() { _ = ch.Close() }()
+		return c.topo.Declare(ch)
+	})
+	if err != nil {
 		return fmt.Errorf("amqp declare topology: %w", err)
 	}
 	return nil
@@ -184,25 +245,34 @@ func (c *Connection) setDown(err error) {
 }
 
 // watch waits for the loss of conn, then redials until it succeeds or the
-// Connection is closed. It is the only goroutine a Connection owns.
-func (c *Connection) watch(conn *amqp091.Connection) {
+// Connection is closed; meanwhile it follows conn's blocked state. It is the
+// only long-lived goroutine a Connection owns.
+func (c *Connection) watch(conn *amqp091.Connection, blocks chan amqp091.Blocking) {
 	defer c.wg.Done()
 	for {
 		lost := conn.NotifyClose(make(chan *amqp091.Error, 1))
-		select {
-		case <-c.done:
-			_ = conn.Close()
-			return
-		case amqpErr := <-lost:
-			err := error(errors.New("connection closed"))
-			if amqpErr != nil {
-				err = amqpErr
+	live:
+		for {
+			select {
+			case <-c.done:
+				c.setBlocked(false, "connection closed")
+				_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
+				return
+			case b := <-blocks:
+				c.setBlocked(b.Active, b.Reason)
+			case amqpErr := <-lost:
+				err := error(errors.New("connection closed"))
+				if amqpErr != nil {
+					err = amqpErr
+				}
+				c.setBlocked(false, "connection lost")
+				c.mu.Lock()
+				c.conn, c.netConn, c.lastErr = nil, nil, err
+				c.up = make(chan struct{})
+				c.mu.Unlock()
+				c.logger.Warn("amqp connection lost, reconnecting", slog.Any("error", err))
+				break live
 			}
-			c.mu.Lock()
-			c.conn, c.netConn, c.lastErr = nil, nil, err
-			c.up = make(chan struct{})
-			c.mu.Unlock()
-			c.logger.Warn("amqp connection lost, reconnecting", slog.Any("error", err))
 		}
 
 		b := newBackoff(c.opts.MinBackoff, c.opts.MaxBackoff)
@@ -210,9 +280,9 @@ func (c *Connection) watch(conn *amqp091.Connection) {
 			if err := sleep(context.Background(), c.done, b.next()); err != nil {
 				return
 			}
-			next, err := c.connect()
+			next, nextBlocks, err := c.connect()
 			if err == nil {
-				conn = next
+				conn, blocks = next, nextBlocks
 				c.logger.Info("amqp connection restored")
 				break
 			}
@@ -224,8 +294,149 @@ func (c *Connection) watch(conn *amqp091.Connection) {
 	}
 }
 
-// Ready reports whether the connection is up: nil when it is, otherwise an
-// error saying why not (for /readyz). ErrClosed after Close.
+// redeclareEvery declares the topology again every interval while the
+// connection is up and not blocked, until Close. A failure is logged at WARN
+// and tried again at the next tick.
+func (c *Connection) redeclareEvery(interval time.Duration) {
+	defer c.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		if c.Ready() != nil {
+			continue // reconnecting declares it anyway; a blocked broker reads nothing
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		err := c.Redeclare(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, ErrClosed) {
+			c.logger.Warn("amqp periodic topology declaration failed", slog.Any("error", err))
+		}
+	}
+}
+
+// setBlocked records a change of the blocked state, logs it once at WARN and
+// sets the gauge. reason is the broker's when a block starts and says why it
+// ended otherwise ("" for connection.unblocked).
+func (c *Connection) setBlocked(active bool, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := c.blockReason != ""
+	switch {
+	case active && !was:
+		if reason == "" {
+			reason = "no reason given"
+		}
+		c.blockReason, c.blockedSince = reason, time.Now()
+		c.unblocked = make(chan struct{})
+		c.blocked.Set(1)
+		c.logger.Warn("amqp connection blocked by the broker; publishing waits", slog.String("reason", reason))
+	case !active && was:
+		attrs := []any{slog.String("reason", c.blockReason), slog.Int64("blocked_ms", time.Since(c.blockedSince).Milliseconds())}
+		if reason != "" {
+			attrs = append(attrs, slog.String("ended_by", reason))
+		}
+		c.blockReason = ""
+		close(c.unblocked)
+		c.blocked.Set(0)
+		c.logger.Warn("amqp connection unblocked", attrs...)
+	}
+}
+
+// blockedErr returns an error wrapping ErrBlocked with the reason and the
+// duration of the current block, or nil when the connection is not blocked.
+func (c *Connection) blockedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blockedErrLocked()
+}
+
+func (c *Connection) blockedErrLocked() error {
+	if c.blockReason == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s (for %d ms)", ErrBlocked, c.blockReason, time.Since(c.blockedSince).Milliseconds())
+}
+
+// waitUnblocked returns nil at once when the broker does not block the
+// connection, else waits until it unblocks it; when ctx ends first it
+// returns an error wrapping ErrBlocked (with the reason) and ctx.Err().
+func (c *Connection) waitUnblocked(ctx context.Context) error {
+	c.mu.Lock()
+	unblocked := c.unblocked
+	c.mu.Unlock()
+	select {
+	case <-unblocked:
+		return nil
+	default:
+	}
+	select {
+	case <-unblocked:
+		return nil
+	case <-ctx.Done():
+		if err := c.blockedErr(); err != nil {
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+}
+
+// await runs fn, a call to the broker, and waits for it until ctx ends. A
+// broker that blocks the connection or stopped answering cannot make the
+// caller wait past ctx: await then returns ctx.Err() (wrapped with
+// ErrBlocked and its reason while the connection is blocked) and leaves fn
+// to finish in the background, which it does when the broker answers or the
+// connection closes (Close waits for it, after closing the socket).
+func (c *Connection) await(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	if !c.background(func() { done <- fn() }) {
+		return ErrClosed
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if err := c.blockedErr(); err != nil {
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return ctx.Err()
+	}
+}
+
+// background runs fn in a goroutine that Close waits for. It reports false,
+// and runs nothing, after Close.
+func (c *Connection) background(fn func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// closeChannel closes ch without waiting: on a blocked connection
+// channel.close is never answered until the alarm clears.
+func (c *Connection) closeChannel(ch *amqp091.Channel) {
+	// After Close the connection takes its channels with it.
+	c.background(func() { _ = ch.Close() })
+}
+
+// Ready reports whether the connection is up and can publish: nil when it
+// can, otherwise an error saying why not (for /readyz): ErrClosed after
+// Close, "amqp: not connected" with the last error while it reconnects, or
+// an error wrapping ErrBlocked with the broker's reason and the block's
+// duration in ms while the broker blocks it (resource alarm).
 func (c *Connection) Ready() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -238,14 +449,18 @@ func (c *Connection) Ready() error {
 		}
 		return errors.New("amqp: not connected")
 	}
+	if err := c.blockedErrLocked(); err != nil {
+		return fmt.Errorf("amqp: %w", err)
+	}
 	return nil
 }
 
 // Channel opens a channel on the live connection. While the connection is
-// down it waits for the reconnect; it returns ctx.Err() if ctx ends first,
-// ErrClosed after Close, or the broker's error if opening fails on a live
-// connection (for example channel_max reached). The caller owns the channel
-// and must close it.
+// down it waits for the reconnect; it returns ctx.Err() if ctx ends first
+// (wrapped with ErrBlocked while the broker blocks the connection, which
+// leaves channel.open unanswered), ErrClosed after Close, or the broker's
+// error if opening fails on a live connection (for example channel_max
+// reached). The caller owns the channel and must close it.
 func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 	for {
 		c.mu.Lock()
@@ -255,9 +470,12 @@ func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 			return nil, ErrClosed
 		}
 		if conn != nil {
-			ch, err := conn.Channel()
+			ch, err := c.open(ctx, conn)
 			if err == nil {
 				return ch, nil
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("amqp open channel: %w", err)
 			}
 			if !conn.IsClosed() && !brokenConnection(err) {
 				return nil, fmt.Errorf("amqp open channel: %w", err)
@@ -278,6 +496,37 @@ func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 	}
 }
 
+// open opens a channel on conn within ctx; a channel that opens after ctx
+// ended is closed.
+func (c *Connection) open(ctx context.Context, conn *amqp091.Connection) (*amqp091.Channel, error) {
+	var (
+		mu        sync.Mutex
+		ch        *amqp091.Channel
+		abandoned bool
+	)
+	err := c.await(ctx, func() error {
+		opened, err := conn.Channel()
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && abandoned {
+			c.closeChannel(opened)
+			return nil
+		}
+		ch = opened
+		return err
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		abandoned = true
+		if ch != nil { // opened just as ctx ended
+			c.closeChannel(ch)
+		}
+		return nil, err
+	}
+	return ch, nil
+}
+
 // brokenConnection reports an error from a connection whose socket is gone
 // but whose loss the library has not processed yet.
 func brokenConnection(err error) bool {
@@ -286,7 +535,9 @@ func brokenConnection(err error) bool {
 }
 
 // Close closes the connection, stops reconnecting and waits for its
-// goroutine to end. Channels opened from it are closed with it. Calling
+// goroutines to end. It returns within about Options.CloseTimeout whatever
+// the broker does: the connection.close handshake is given that long, then
+// the socket is closed. Channels opened from it are closed with it. Calling
 // Close again returns ErrClosed.
 func (c *Connection) Close() error {
 	c.mu.Lock()
@@ -297,7 +548,8 @@ func (c *Connection) Close() error {
 	c.closed = true
 	close(c.done)
 	c.mu.Unlock()
-	c.wg.Wait()
+	c.wg.Wait() // watch closed the connection, within CloseTimeout
+	c.bg.Wait() // so the calls left behind have returned
 	return nil
 }
 
@@ -352,4 +604,20 @@ func maskURL(raw string) string {
 		return "amqp://(unparsable)"
 	}
 	return u.Redacted()
+}
+
+// blockedGauge returns the amqp_connection_blocked gauge of the connection
+// named name, registered on reg (nil: a gauge nobody exports).
+func blockedGauge(reg prometheus.Registerer, name string) (prometheus.Gauge, error) {
+	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "amqp", Name: "connection_blocked",
+		Help: "1 while the broker blocks the connection (memory or disk alarm), else 0.",
+	}, []string{"connection"})
+	if reg != nil {
+		var err error
+		if vec, err = register(reg, vec); err != nil {
+			return nil, fmt.Errorf("amqp connection metrics: %w", err)
+		}
+	}
+	return vec.WithLabelValues(name), nil
 }

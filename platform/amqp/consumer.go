@@ -22,6 +22,17 @@ import (
 // instead of being retried (DESIGN.md rule 3).
 var ErrPermanent = errors.New("permanent failure")
 
+// ErrUnavailable marks a handler error caused by a dependency that is down
+// (the database refuses connections, is shutting down, a pool cannot hand out
+// a connection), not by the message. Wrap it, fmt.Errorf("%w: %w",
+// amqp.ErrUnavailable, err), and the delivery does not count as an attempt:
+// the Consumer pauses (see Consumer) and the delivery goes back to its queue
+// unchanged. An outage of the infrastructure is not a bad message.
+var ErrUnavailable = errors.New("dependency unavailable")
+
+// ErrPaused is wrapped by Consumer.Ready while the consumer is paused.
+var ErrPaused = errors.New("consumer paused")
+
 // Delivery is one message handed to a HandlerFunc.
 type Delivery struct {
 	Body          []byte
@@ -39,6 +50,8 @@ type Delivery struct {
 	Attempt int
 	// Redelivered is the broker's flag: the message may have been seen before.
 	Redelivered bool
+	// ContentType is the AMQP content_type property ("" when unset).
+	ContentType string
 }
 
 // HandlerFunc processes one delivery. nil acknowledges it; an error that
@@ -74,8 +87,21 @@ type ConsumerConfig struct {
 	// Run's ctx ends before their ctx is cancelled (default 30 s).
 	ShutdownTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before subscribing again
-	// after a lost channel (defaults 100 ms and 10 s).
+	// after a lost channel, and between checks of Probe while paused
+	// (defaults 100 ms and 10 s).
 	MinBackoff, MaxBackoff time.Duration
+	// Probe checks the handler's dependencies (for example the database
+	// pool's Ping) while the consumer is paused; it resumes once Probe
+	// returns nil. Nil means no check: the consumer resumes after one
+	// backoff delay. Each call gets ProbeTimeout.
+	Probe func(ctx context.Context) error
+	// ProbeTimeout bounds one call of Probe (default 5 s).
+	ProbeTimeout time.Duration
+	// RetryConn is the connection the retry copies are published on
+	// (default: the consuming connection). Give it a Connection of its own:
+	// the broker blocks a connection that publishes during a resource alarm,
+	// and with it the acks of every delivery on that connection.
+	RetryConn *Connection
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -103,6 +129,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 5 * time.Second
+	}
 	o := Options{MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff}.withDefaults()
 	c.MinBackoff, c.MaxBackoff = o.MinBackoff, o.MaxBackoff
 	return c
@@ -125,6 +154,23 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 //   - another error at attempt >= MaxAttempts: reject without requeue, as
 //     for ErrPermanent. The error itself is logged with the message id (a
 //     reject cannot add headers).
+//   - an error wrapping ErrUnavailable, or a failed publish of the retry
+//     copy: not an attempt. The consumer pauses: it cancels its
+//     subscription, takes no new delivery, and closes its channel once the
+//     in-flight handlers returned, so the broker requeues this delivery and
+//     the prefetched ones as they were (same attempt). It logs one WARN line,
+//     reports ErrPaused from Ready and sets amqp_consumer_paused to 1, then
+//     checks Probe (and that RetryConn is ready) with capped backoff until
+//     both succeed, logs one WARN line with paused_ms and subscribes again.
+//
+// When the broker cancels the subscription (the queue was deleted) or the
+// queue is missing when subscribing (404 NOT_FOUND), the consumer declares
+// its Connection's topology again at once (queue, bindings, retry and
+// dead-letter queues) and subscribes again. Messages that were inside a
+// deleted queue are gone from the broker; the producer's outbox still holds
+// them for a replay (docs/operations.md). Bindings removed with a deleted
+// exchange come back with the Connection's periodic declaration
+// (Options.RedeclareInterval).
 //
 // Delivery is at least once (DESIGN.md rule 3): a delivery whose ack is lost
 // with its channel comes again, so handlers must be idempotent (the inbox).
@@ -136,6 +182,11 @@ type Consumer struct {
 	metrics consumerMetrics
 	retry   *Publisher
 	running atomic.Bool
+
+	mu          sync.Mutex
+	subscribed  bool
+	notReady    error     // why the consumer is not subscribed, nil when it is
+	pausedSince time.Time // zero unless paused
 }
 
 // NewConsumer returns a Consumer of cfg.Queue on conn. It registers the
@@ -162,14 +213,79 @@ func NewConsumer(conn *Connection, cfg ConsumerConfig, h HandlerFunc, logger *sl
 	if err != nil {
 		return nil, fmt.Errorf("amqp consumer %s: %w", cfg.Name, err)
 	}
+	retryConn := cfg.RetryConn
+	if retryConn == nil {
+		retryConn = conn
+	}
 	return &Consumer{
-		conn:    conn,
-		cfg:     cfg,
-		handle:  h,
-		logger:  logger.With(slog.String("consumer", cfg.Name), slog.String("queue", cfg.Queue)),
-		metrics: m,
-		retry:   NewPublisher(conn, ""),
+		conn:     conn,
+		cfg:      cfg,
+		handle:   h,
+		logger:   logger.With(slog.String("consumer", cfg.Name), slog.String("queue", cfg.Queue)),
+		metrics:  m,
+		retry:    NewPublisher(retryConn, ""),
+		notReady: errors.New("not subscribed yet"),
 	}, nil
+}
+
+// Ready reports whether the consumer is subscribed to its queue: nil when it
+// is, an error wrapping ErrPaused (with the cause and the pause's duration in
+// ms) while it waits for an unavailable dependency, or an error saying why it
+// is not subscribed (for /readyz).
+func (c *Consumer) Ready() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.notReady != nil {
+		return fmt.Errorf("amqp consumer %s: %w", c.cfg.Name, c.notReady)
+	}
+	return nil
+}
+
+// setReady records whether the consumer is subscribed (why not, if err).
+func (c *Consumer) setReady(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notReady = err
+}
+
+// pauseError ends a session because a dependency is unavailable.
+type pauseError struct{ cause error }
+
+func (e *pauseError) Error() string { return "dependency unavailable: " + e.cause.Error() }
+func (e *pauseError) Unwrap() error { return e.cause }
+
+// pause waits until the consumer's dependencies are back: Probe (if any)
+// and the retry connection both ready, checked with capped backoff. It logs
+// the start and the end of the pause once each and reports false when ctx
+// ends first.
+func (c *Consumer) pause(ctx context.Context, cause error) bool {
+	since := time.Now()
+	c.setReady(fmt.Errorf("%w: %w (since %s)", ErrPaused, cause, since.UTC().Format(time.RFC3339)))
+	c.metrics.paused.Set(1)
+	defer c.metrics.paused.Set(0)
+	c.logger.WarnContext(ctx, "amqp consumer paused: a dependency is unavailable; its deliveries stay in the queue",
+		slog.Any("error", cause))
+	b := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	for {
+		if sleep(ctx, nil, b.next()) != nil {
+			return false
+		}
+		err := c.retry.conn.Ready()
+		if err == nil && c.cfg.Probe != nil {
+			pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+			err = c.cfg.Probe(pctx)
+			cancel()
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if err == nil {
+			c.logger.WarnContext(ctx, "amqp consumer resumed", slog.Int64("paused_ms", time.Since(since).Milliseconds()),
+				slog.Any("cause", cause))
+			return true
+		}
+		c.setReady(fmt.Errorf("%w: %w (for %d ms; last check: %v)", ErrPaused, cause, time.Since(since).Milliseconds(), err))
+	}
 }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns nil:
@@ -190,8 +306,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer release()
 
 	b := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	repaired := false // the last session failed on a missing queue, declared again
 	for {
 		subscribed, err := c.session(ctx, hctx)
+		c.setReady(fmt.Errorf("not subscribed: %w", err))
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -201,12 +319,37 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if subscribed {
 			b = newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 		}
+		var pe *pauseError
+		switch {
+		case errors.As(err, &pe):
+			if !c.pause(ctx, pe.cause) {
+				return nil
+			}
+			continue
+		case (errors.Is(err, errCancelled) || isNotFound(err)) && (subscribed || !repaired):
+			// The queue is gone: declare it (and the rest of the topology)
+			// again at once instead of waiting for someone else to.
+			if rerr := c.conn.Redeclare(ctx); rerr != nil {
+				c.logger.WarnContext(ctx, "amqp consumer: the queue is missing and declaring it again failed",
+					slog.Any("error", err), slog.Any("declare_error", rerr))
+				break
+			}
+			c.logger.WarnContext(ctx, "amqp consumer: the queue was missing; declared the topology again, subscribing again",
+				slog.Any("error", err))
+			repaired = true
+			continue
+		}
+		repaired = false
 		c.logger.WarnContext(ctx, "amqp consumer interrupted, subscribing again", slog.Any("error", err))
 		if sleep(ctx, nil, b.next()) != nil {
 			return nil
 		}
 	}
 }
+
+// errCancelled means the broker cancelled the subscription (basic.cancel),
+// which it does when the queue is deleted.
+var errCancelled = errors.New("subscription cancelled by the broker")
 
 // session subscribes once on a new channel and runs the workers until ctx
 // ends or the subscription is lost. subscribed reports whether it got as
@@ -216,48 +359,72 @@ func (c *Consumer) session(ctx, hctx context.Context) (subscribed bool, err erro
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = ch.Close() }()
+	// Closing returns unsettled deliveries to the queue. It does not wait
+	// for the broker, nor do the calls below wait past ctx: a broker that
+	// blocks a shared connection answers nothing.
+	defer c.conn.closeChannel(ch)
 
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+	if err := c.conn.await(ctx, func() error { return ch.Qos(c.cfg.Prefetch, 0, false) }); err != nil {
 		return false, fmt.Errorf("qos: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 1))
 	tag := c.cfg.Name + "-" + rand.Text()[:12]
-	deliveries, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
+	var deliveries <-chan amqp091.Delivery
+	err = c.conn.await(ctx, func() (err error) {
+		deliveries, err = ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
 
 	stop := make(chan struct{})
+	unavailable := make(chan error, 1)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { c.work(hctx, stop, deliveries) })
+		wg.Go(func() { c.work(hctx, stop, deliveries, unavailable) })
 	}
+	c.setReady(nil)
 
 	select {
 	case <-ctx.Done():
 		// Stop the flow first so the broker sends nothing new, then let
 		// the in-flight handlers finish and ack on the still-open channel.
-		if err := ch.Cancel(tag, false); err != nil {
-			c.logger.Warn("amqp consumer cancel failed", slog.Any("error", err))
-		}
+		c.cancel(ch, tag)
 	case e := <-closed:
 		err = errors.New("channel closed")
 		if e != nil {
 			err = fmt.Errorf("channel closed: %w", e)
 		}
 	case <-cancelled:
-		err = fmt.Errorf("subscription %s cancelled by the broker", tag)
+		err = fmt.Errorf("%w (consumer tag %s)", errCancelled, tag)
+	case cause := <-unavailable:
+		// Take nothing more; the deliveries left unsettled go back to the
+		// queue as they were when the channel closes below.
+		c.cancel(ch, tag)
+		err = &pauseError{cause: cause}
 	}
 	close(stop)
 	wg.Wait()
 	return true, err
 }
 
+// cancel ends the subscription tag on ch (basic.cancel), waiting at most
+// ProbeTimeout for the broker's answer.
+func (c *Consumer) cancel(ch *amqp091.Channel, tag string) {
+	ctx, done := context.WithTimeout(context.Background(), c.cfg.ProbeTimeout)
+	defer done()
+	if err := c.conn.await(ctx, func() error { return ch.Cancel(tag, false) }); err != nil {
+		c.logger.Warn("amqp consumer cancel failed", slog.Any("error", err))
+	}
+}
+
 // work handles deliveries until stop is closed or the subscription ends.
-// It takes no new delivery once stop is closed.
-func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery) {
+// It takes no new delivery once stop is closed. A delivery that failed for
+// an unavailable dependency is left unsettled and its cause sent to
+// unavailable (if that is free), which pauses the session.
+func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery, unavailable chan<- error) {
 	for {
 		select {
 		case <-stop:
@@ -271,12 +438,20 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 			if !ok {
 				return
 			}
-			c.process(ctx, &d)
+			if cause := c.process(ctx, &d); cause != nil {
+				select {
+				case unavailable <- cause:
+				default:
+				}
+			}
 		}
 	}
 }
 
-func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
+// process handles d and settles it, except when a dependency is unavailable
+// (ErrUnavailable, or the retry publish failed): it then returns the cause
+// and leaves d unsettled, for the broker to requeue when the channel closes.
+func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailable error) {
 	attempt := attemptOf(d.Headers[c.cfg.AttemptHeader])
 	log := c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
 
@@ -285,7 +460,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 	err := c.call(ctx, Delivery{
 		Body: d.Body, MessageID: d.MessageId, Type: d.Type, RoutingKey: d.RoutingKey,
 		CorrelationID: d.CorrelationId, Timestamp: d.Timestamp, Headers: d.Headers,
-		Attempt: attempt, Redelivered: d.Redelivered,
+		Attempt: attempt, Redelivered: d.Redelivered, ContentType: d.ContentType,
 	})
 	c.metrics.duration.Observe(time.Since(start).Seconds())
 	c.metrics.inFlight.Dec()
@@ -294,6 +469,14 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 	case err == nil:
 		c.metrics.processed.Inc()
 		settle(log, "ack", d.Ack(false))
+	case errors.Is(err, ErrUnavailable):
+		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
+		return err
+	case ctx.Err() != nil:
+		// The shutdown grace period is over and cut the handler short: not
+		// the message's fault. Left unsettled, it goes back to the queue.
+		log.Warn("handler stopped by the shutdown; the delivery goes back to the queue", slog.Any("error", err))
+		return nil
 	case errors.Is(err, ErrPermanent):
 		c.metrics.failures.Inc()
 		log.Error("permanent failure, dead-lettering", slog.Any("error", err))
@@ -310,20 +493,18 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) {
 		queue := RetryQueueName(c.cfg.Queue, c.cfg.RetryDelays[level-1])
 		delay := c.cfg.RetryDelays[level-1]
 		if perr := c.publishRetry(ctx, queue, d, attempt); perr != nil {
-			// Nothing may be lost, so the delivery goes back to its queue; held
-			// for the retry delay first, so that a broken retry path (a deleted
-			// queue, a broker refusing publishes) slows redelivery to one per
-			// delay instead of a tight loop.
-			log.Error("retry publish failed, requeueing after the retry delay", slog.Any("error", err),
-				slog.Any("publish_error", perr), slog.Duration("delay", delay))
-			_ = sleep(ctx, nil, delay)
-			settle(log, "nack", d.Nack(false, true))
-			return
+			// Nothing may be lost and the retry path is infrastructure: the
+			// delivery goes back to its queue as it was and the consumer
+			// pauses until the retry connection is ready again.
+			log.Warn("retry publish failed; the delivery goes back to the queue and the consumer pauses",
+				slog.Any("error", err), slog.Any("publish_error", perr), slog.Duration("delay", delay))
+			return fmt.Errorf("%w: publish to retry queue %s: %w", ErrUnavailable, queue, perr)
 		}
 		log.Warn("handler failed, retrying later", slog.Any("error", err), slog.String("retry_queue", queue))
 		c.metrics.retries.Inc()
 		settle(log, "ack", d.Ack(false))
 	}
+	return nil
 }
 
 // call runs the handler, turning a panic into an ordinary (retried) error.
@@ -440,7 +621,7 @@ func withGrace(ctx context.Context, grace time.Duration) (context.Context, conte
 type consumerMetrics struct {
 	processed, failures, retries, deadLettered prometheus.Counter
 	duration                                   prometheus.Observer
-	inFlight                                   prometheus.Gauge
+	inFlight, paused                           prometheus.Gauge
 }
 
 func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumerMetrics, error) {
@@ -462,7 +643,11 @@ func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumer
 		Namespace: "amqp", Subsystem: "consumer", Name: "in_flight",
 		Help: "Deliveries being handled right now.",
 	}, labels))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	paused, err7 := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "amqp", Subsystem: "consumer", Name: "paused",
+		Help: "1 while the consumer waits for an unavailable dependency (database, retry path), else 0.",
+	}, labels))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return consumerMetrics{}, err
 	}
 	return consumerMetrics{
@@ -472,6 +657,7 @@ func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumer
 		deadLettered: dead.WithLabelValues(name, queue),
 		duration:     duration.WithLabelValues(name, queue),
 		inFlight:     inFlight.WithLabelValues(name, queue),
+		paused:       paused.WithLabelValues(name, queue),
 	}, nil
 }
 

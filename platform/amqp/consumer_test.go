@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"example.com/shop/platform/testkit"
 )
 
 // recorder is a handler that records what it saw and answers with fn.
@@ -258,26 +262,143 @@ func TestConsumerSurvivesConnectionLoss(t *testing.T) {
 	})
 }
 
-func TestConsumerResubscribesAfterBrokerCancel(t *testing.T) {
+// An operator deleted the consumer's queue, its dead-letter queue and its
+// retry queues: the broker cancels the subscription, and the consumer
+// declares its topology again at once and subscribes again, with nobody
+// else declaring anything.
+func TestConsumerRecreatesADeletedQueue(t *testing.T) {
 	t.Parallel()
 	topo := testTopology(t)
-	conn := dialTest(t, topo)
+	conn := dialTestOptions(t, topo, Options{RedeclareInterval: -1}) // no periodic help
 	rec := &recorder{}
-	startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name}, rec.handle)
+	c, _ := startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle)
 	publishAll(t, conn, topo.Exchange, messages(1, "first"))
 	eventually(t, 10*time.Second, "first message", func() bool { return rec.count(nil) == 1 })
 
-	// Deleting the queue cancels the subscription on the broker's side.
 	raw := rawChannel(t)
-	if _, err := raw.QueueDelete(topo.Queues[0].Name, false, false, false); err != nil {
-		t.Fatal(err)
+	for _, q := range topo.QueueNames()[1:] { // all but the unroutable queue
+		if _, err := raw.QueueDelete(q, false, false, false); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(50 * time.Millisecond)
-	if err := topo.Declare(raw); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, 10*time.Second, "the queues declared again", func() bool {
+		for _, q := range topo.QueueNames() {
+			if _, err := rawChannel(t).QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "the consumer ready again", func() bool { return c.Ready() == nil })
 	publishAll(t, conn, topo.Exchange, messages(1, "second"))
 	eventually(t, 10*time.Second, "message after re-subscribe", func() bool { return rec.ids()["second-0"] == 1 })
+}
+
+// An operator deleted the exchange, which takes the bindings with it: the
+// publisher declares the exchange again and publishes again in the same call,
+// and the consumer's connection binds its queue again within its
+// RedeclareInterval.
+func TestExchangeAndBindingsComeBackAfterTheExchangeIsDeleted(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	consumerConn := dialTestOptions(t, topo, Options{RedeclareInterval: 200 * time.Millisecond})
+	producerView := topo
+	producerView.Queues = nil // a producer that knows no consuming queue
+	producerConn := dialTestOptions(t, producerView, Options{RedeclareInterval: -1})
+	rec := &recorder{}
+	startConsumer(t, consumerConn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle)
+	pub := NewPublisher(producerConn, topo.Exchange)
+	t.Cleanup(func() { _ = pub.Close() })
+
+	if err := rawChannel(t).ExchangeDelete(topo.Exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pub.PublishBatch(t.Context(), messages(3, "repaired"), 10*time.Second); err != nil || n != 3 {
+		t.Fatalf("publish after the exchange was deleted: confirmed %d, %v; want the exchange declared again", n, err)
+	}
+	eventually(t, 10*time.Second, "a message through the binding declared again", func() bool {
+		if _, err := pub.PublishBatch(t.Context(), messages(1, "later"), 10*time.Second); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		return rec.ids()["later-0"] > 0
+	})
+}
+
+// A handler whose dependency is down does not spend attempts: the consumer
+// pauses, says so in Ready and a metric, keeps the deliveries in the queue,
+// and handles every one of them at its first attempt once Probe succeeds.
+func TestConsumerPausesWhileADependencyIsUnavailable(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t) // two retry levels of 50 ms
+	conn := dialTest(t, topo)
+	var down atomic.Bool
+	down.Store(true)
+	handled := &recorder{}
+	calls := atomic.Int32{}
+	handler := func(ctx context.Context, d Delivery) error {
+		calls.Add(1)
+		if down.Load() {
+			return fmt.Errorf("insert: %w: connection refused", ErrUnavailable)
+		}
+		return handled.handle(ctx, d)
+	}
+	logs := &testkit.Logs{}
+	cfg := ConsumerConfig{
+		Queue: topo.Queues[0].Name, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Probe: func(context.Context) error {
+			if down.Load() {
+				return errors.New("ping: connection refused")
+			}
+			return nil
+		},
+	}
+	c, err := NewConsumer(conn, cfg, handler, jsonLogger(logs), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	msgs := messages(20, "outage")
+	publishAll(t, conn, topo.Exchange, msgs)
+	eventually(t, 10*time.Second, "the pause", func() bool { return errors.Is(c.Ready(), ErrPaused) })
+	if r := c.Ready(); !strings.Contains(r.Error(), "connection refused") {
+		t.Errorf("Ready() = %v, want the cause", r)
+	}
+	if got := testutil.ToFloat64(c.metrics.paused); got != 1 {
+		t.Errorf("amqp_consumer_paused = %v, want 1", got)
+	}
+	// Longer than every retry delay together: nothing may be dead-lettered,
+	// and a paused consumer takes no deliveries.
+	time.Sleep(time.Second)
+	before := calls.Load()
+	time.Sleep(500 * time.Millisecond)
+	if after := calls.Load(); after != before {
+		t.Errorf("the handler ran %d times while paused", after-before)
+	}
+	if n := readyMessages(t, topo.Queues[0].DeadLetterQueue); n != 0 {
+		t.Fatalf("%d messages dead-lettered during the outage", n)
+	}
+
+	down.Store(false)
+	eventually(t, 20*time.Second, "every message handled", func() bool { return len(handled.ids()) == len(msgs) })
+	eventually(t, 10*time.Second, "ready again", func() bool { return c.Ready() == nil })
+	if n := handled.count(func(d Delivery) bool { return d.Attempt != 1 }); n != 0 {
+		t.Errorf("%d deliveries counted the outage as an attempt", n)
+	}
+	if n := readyMessages(t, topo.Queues[0].DeadLetterQueue); n != 0 {
+		t.Errorf("%d messages dead-lettered", n)
+	}
+	if got := testutil.ToFloat64(c.metrics.paused); got != 0 {
+		t.Errorf("amqp_consumer_paused = %v after the resume, want 0", got)
+	}
+	l := logs.String()
+	if strings.Count(l, "amqp consumer paused") != 1 || strings.Count(l, `"msg":"amqp consumer resumed"`) != 1 || !strings.Contains(l, `"paused_ms":`) {
+		t.Errorf("want one WARN line for the pause and one for the resume with paused_ms:\n%s", l)
+	}
 }
 
 func TestConsumerShutdownFinishesInFlightHandler(t *testing.T) {

@@ -78,11 +78,21 @@ func testLogger(t testing.TB) *slog.Logger {
 // dialTest connects with short backoffs and closes at cleanup.
 func dialTest(t testing.TB, topo Topology) *Connection {
 	t.Helper()
+	return dialTestOptions(t, topo, Options{})
+}
+
+// dialTestOptions is dialTest with opts (backoffs and name set unless given).
+func dialTestOptions(t testing.TB, topo Topology, opts Options) *Connection {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	conn, err := DialOptions(ctx, amqpURL(t), topo, testLogger(t), Options{
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Name: t.Name(),
-	})
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff, opts.MaxBackoff = 5*time.Millisecond, 100*time.Millisecond
+	}
+	if opts.Name == "" {
+		opts.Name = t.Name()
+	}
+	conn, err := DialOptions(ctx, amqpURL(t), topo, testLogger(t), opts)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -138,3 +148,6 @@ func messages(n int, prefix string) []Message {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// dialRaw opens a plain connection to url, for inspecting a private node.
+func dialRaw(url string) (*amqp091.Connection, error) { return amqp091.Dial(url) }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -40,8 +42,9 @@ var (
 )
 
 // PublishError names the first message of a batch that was not confirmed.
-// Err is ErrNacked, ErrReturned or ErrConfirmTimeout (wrapped), a channel
-// or connection error, or the context's error.
+// Err is ErrNacked, ErrReturned, ErrConfirmTimeout or ErrBlocked (wrapped;
+// a timeout during a block wraps both), a channel or connection error, or
+// the context's error.
 type PublishError struct {
 	Index     int    // position of the message in the batch
 	MessageID string // its MessageID
@@ -94,17 +97,27 @@ func NewPublisher(conn *Connection, exchange string) *Publisher {
 // confirmed is the length of the longest prefix of msgs that the broker
 // acked and did not return; those messages are safely stored. When
 // confirmed < len(msgs), err is a *PublishError naming msgs[confirmed]: a
-// nack, a return, the timeout, a closed channel or connection (for example
-// a missing exchange) or the end of ctx. Messages after the prefix may or
+// nack, a return, the timeout, a blocked connection (ErrBlocked), a closed
+// channel or connection or the end of ctx. Messages after the prefix may or
 // may not have reached a queue, so callers publish them again (at least
 // once, never lost).
 //
-// A publish itself cannot be interrupted: when the broker blocks publishers
-// (memory or disk alarm) a call may wait in the socket write beyond
-// confirmTimeout until the alarm clears or the connection drops.
+// When the broker closes the channel with 404 NOT_FOUND (the exchange was
+// deleted), the call declares the Connection's topology again (exchange,
+// alternate exchange, unroutable queue, and the queues and bindings it
+// names) and publishes the unconfirmed rest once more, within the same
+// confirmTimeout.
+//
+// No call waits past confirmTimeout (or ctx): while the broker blocks the
+// connection (memory or disk alarm) nothing is sent and the call fails with
+// an error wrapping ErrBlocked and the broker's reason when the time is up;
+// a block that starts mid-call makes it fail with ErrConfirmTimeout wrapped
+// together with ErrBlocked. Writes and the channel's close left unfinished
+// complete in the background when the broker reads again or the connection
+// closes.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTimeout time.Duration) (confirmed int, err error) {
 	now := time.Now().UTC()
-	return p.publish(ctx, len(msgs), func(i int) (string, amqp091.Publishing) {
+	return p.publishRepairing(ctx, len(msgs), func(i int) (string, amqp091.Publishing) {
 		m := &msgs[i]
 		ts := m.Timestamp
 		if ts.IsZero() {
@@ -137,6 +150,46 @@ func (p *Publisher) publishRaw(ctx context.Context, key string, msg amqp091.Publ
 	return err
 }
 
+// publishRepairing is publish, followed after a 404 NOT_FOUND (a missing
+// exchange) by a declaration of the topology and one more publish of the
+// unconfirmed rest, all within timeout.
+func (p *Publisher) publishRepairing(ctx context.Context, n int, at func(int) (string, amqp091.Publishing), timeout time.Duration) (int, error) {
+	start := time.Now()
+	confirmed, err := p.publish(ctx, n, at, timeout)
+	var pe *PublishError
+	if err == nil || !isNotFound(err) || !errors.As(err, &pe) {
+		return confirmed, err
+	}
+	left := time.Duration(0)
+	rctx := ctx
+	if timeout > 0 {
+		if left = timeout - time.Since(start); left <= 0 {
+			return confirmed, err
+		}
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, left)
+		defer cancel()
+	}
+	if derr := p.conn.Redeclare(rctx); derr != nil {
+		pe.Err = fmt.Errorf("%w (declaring the topology again failed: %w)", pe.Err, derr)
+		return confirmed, pe
+	}
+	p.conn.logger.WarnContext(ctx, "amqp exchange was missing; declared the topology again and publishing again",
+		slog.String("exchange", p.exchange), slog.Any("error", err))
+	more, err := p.publish(ctx, n-confirmed, func(i int) (string, amqp091.Publishing) { return at(confirmed + i) }, left)
+	if errors.As(err, &pe) {
+		pe.Index += confirmed
+	}
+	return confirmed + more, err
+}
+
+// isNotFound reports the broker's 404 NOT_FOUND (a missing exchange or
+// queue), which closes the channel.
+func isNotFound(err error) bool {
+	var amqpErr *amqp091.Error
+	return errors.As(err, &amqpErr) && amqpErr.Code == amqp091.NotFound
+}
+
 // Close closes the channel. The Publisher can still be used afterwards; it
 // then opens a new channel.
 func (p *Publisher) Close() error {
@@ -153,14 +206,10 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	var deadline <-chan time.Time
-	openCtx := ctx
+	callCtx := ctx
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
 		var cancel context.CancelFunc
-		openCtx, cancel = context.WithTimeout(ctx, timeout)
+		callCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	fail := func(i int, err error) (int, error) {
@@ -168,34 +217,89 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 		_, m := at(i)
 		return i, &PublishError{Index: i, MessageID: m.MessageId, Err: err}
 	}
+	// ended names why callCtx ended: the caller's ctx, or the timeout (with
+	// the broker's block, if any, which is then the likely cause).
+	ended := func(what error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if blocked := p.conn.blockedErr(); blocked != nil {
+			return fmt.Errorf("%w (%v): %w", what, timeout, blocked)
+		}
+		return fmt.Errorf("%w (%v)", what, timeout)
+	}
 
-	ch, err := p.channel(openCtx)
+	// A blocked connection reads nothing: sending would only fill the socket.
+	if err := p.conn.waitUnblocked(callCtx); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			blocked := p.conn.blockedErr()
+			if blocked == nil { // unblocked just now
+				blocked = ErrBlocked
+			}
+			err = fmt.Errorf("waited %v: %w", timeout, blocked)
+		}
+		return fail(0, err)
+	}
+	ch, err := p.channel(callCtx)
 	if err != nil {
+		if callCtx.Err() != nil && !errors.Is(err, ErrClosed) {
+			err = ended(fmt.Errorf("open channel: %w", ErrConfirmTimeout))
+		}
 		return fail(0, err)
 	}
 	clear(p.returned)
 	p.drainReturns()
 
-	// Phase 1: send everything.
-	pending := p.pending[:0]
-	defer func() { clear(pending); p.pending = pending[:0] }()
-	var sendErr error
-	for i := range n {
-		key, msg := at(i)
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, key, true, false, msg)
-		if err != nil {
-			sendErr = err
-			break
+	// The messages are sent by a goroutine of their own, because a write to
+	// a connection the broker has just blocked can wait until the alarm
+	// clears; the wait below never outlasts callCtx. Once this call has
+	// returned the sender sends nothing more, and its last write ends when
+	// the broker reads again or the connection closes.
+	sent := make(chan *amqp091.DeferredConfirmation, n)
+	var (
+		stop    atomic.Bool
+		sendErr error // written before sent is closed
+	)
+	defer stop.Store(true)
+	if !p.conn.background(func() {
+		defer close(sent)
+		for i := range n {
+			if stop.Load() {
+				return
+			}
+			key, msg := at(i)
+			dc, err := ch.PublishWithDeferredConfirm(p.exchange, key, true, false, msg)
+			if err != nil {
+				sendErr = err
+				return
+			}
+			sent <- dc
 		}
-		pending = append(pending, dc)
-		if len(p.returns) > 0 {
-			p.drainReturns()
-		}
+	}) {
+		return fail(0, ErrClosed)
 	}
 
-	// Phase 2: wait for the confirms in order.
+	// Wait for each message to be sent, then for its confirm, in order.
 	returns := p.returns
-	for i, dc := range pending {
+	for i := range n {
+		var dc *amqp091.DeferredConfirmation
+		for dc == nil {
+			select {
+			case d, ok := <-sent:
+				if !ok {
+					return fail(i, p.closedErr(sendErr))
+				}
+				dc = d
+			case r, ok := <-returns:
+				if !ok {
+					returns = nil
+					continue
+				}
+				p.recordReturn(r)
+			case <-callCtx.Done():
+				return fail(i, ended(ErrConfirmTimeout))
+			}
+		}
 	wait:
 		for {
 			select {
@@ -207,10 +311,8 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 					continue
 				}
 				p.recordReturn(r)
-			case <-deadline:
-				return fail(i, fmt.Errorf("%w (%v)", ErrConfirmTimeout, timeout))
-			case <-ctx.Done():
-				return fail(i, ctx.Err())
+			case <-callCtx.Done():
+				return fail(i, ended(ErrConfirmTimeout))
 			}
 		}
 		// The broker sends basic.return before the ack of the same message
@@ -225,9 +327,6 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 			return fail(i, fmt.Errorf("%w: %s", ErrReturned, reason))
 		}
 	}
-	if sendErr != nil {
-		return fail(len(pending), p.closedErr(sendErr))
-	}
 	return n, nil
 }
 
@@ -241,8 +340,8 @@ func (p *Publisher) channel(ctx context.Context) (*amqp091.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
+	if err := p.conn.await(ctx, func() error { return ch.Confirm(false) }); err != nil {
+		p.conn.closeChannel(ch)
 		return nil, fmt.Errorf("amqp confirm mode: %w", err)
 	}
 	p.ch = ch
@@ -251,12 +350,13 @@ func (p *Publisher) channel(ctx context.Context) (*amqp091.Channel, error) {
 	return ch, nil
 }
 
-// discard closes the channel; the next call opens a new one.
+// discard closes the channel without waiting for the broker (see
+// Connection.closeChannel); the next call opens a new one.
 func (p *Publisher) discard() {
 	if p.ch == nil {
 		return
 	}
-	_ = p.ch.Close()
+	p.conn.closeChannel(p.ch)
 	p.ch, p.returns, p.closes = nil, nil, nil
 }
 

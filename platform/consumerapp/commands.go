@@ -27,8 +27,17 @@ import (
 // fails, then stops both. Start-up reads top to bottom: HTTP first, answering /healthz,
 // /metrics and /readyz (503 until PostgreSQL and the broker are connected) and a 503
 // problem on every other path; then the database, waited for with pg.WaitPool; the
-// broker (declaring Topology), dialled with amqp.DialOptions' backoff; the inbox with
-// the service's handlers (DESIGN.md rule 3), the consumer, and the service's routes.
+// broker (declaring Topology), dialled with amqp.DialOptions' backoff, twice: one
+// connection consumes, the other publishes retry copies, so that a broker blocking
+// publishers (resource alarm) never stalls the acks; the inbox with the service's
+// handlers (DESIGN.md rule 3), the consumer, and the service's routes.
+//
+// /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and not
+// blocked) and "consumer" (subscribed, not paused): a database outage shows as
+// postgres and consumer, a blocked retry path as rabbitmq_retry and consumer. While the
+// database or the retry path is unavailable the consumer pauses (amqp.Consumer) and
+// resumes once the database answers a ping and the retry connection is ready.
+//
 // It returns nil after a clean shutdown, also when ctx ends while it still waits for
 // a dependency.
 func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) error {
@@ -44,20 +53,27 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	}
 	reg := metrics.NewRegistry()
 	var (
-		pool   atomic.Pointer[pgxpool.Pool]
-		broker atomic.Pointer[amqp.Connection]
+		pool     atomic.Pointer[pgxpool.Pool]
+		broker   atomic.Pointer[amqp.Connection]
+		retry    atomic.Pointer[amqp.Connection]
+		consumer atomic.Pointer[amqp.Consumer]
 	)
 	defer func() {
-		if c := broker.Load(); c != nil {
-			_ = c.Close()
+		for _, c := range []*amqp.Connection{retry.Load(), broker.Load()} {
+			if c != nil {
+				_ = c.Close()
+			}
 		}
 		if p := pool.Load(); p != nil {
 			p.Close()
 		}
 	}()
+	brokerReady := func(c *amqp.Connection, _ context.Context) error { return c.Ready() }
 	checks := []httpx.Check{
 		httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping),
-		httpx.Pending("rabbitmq", &broker, func(c *amqp.Connection, _ context.Context) error { return c.Ready() }),
+		httpx.Pending("rabbitmq", &broker, brokerReady),
+		httpx.Pending("rabbitmq_retry", &retry, brokerReady),
+		httpx.Pending("consumer", &consumer, func(c *amqp.Consumer, _ context.Context) error { return c.Ready() }),
 	}
 
 	// Serve health, readiness and metrics while the dependencies are awaited; the
@@ -76,37 +92,47 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 		cancel() // a server failure stops the rest too
 	}()
 
-	consumer, err := func() (*amqp.Consumer, error) {
+	c, err := func() (*amqp.Consumer, error) {
 		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger)
 		if err != nil {
 			return nil, err
 		}
 		pool.Store(p)
-		conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, Topology(spec.Queue, cfg.RetryDelays), logger,
-			amqp.Options{Name: spec.Name})
+		topo := Topology(spec.Queue, cfg.RetryDelays)
+		conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, topo, logger,
+			amqp.Options{Name: spec.Name, Registerer: reg, RedeclareInterval: cfg.RedeclareInterval})
 		if err != nil {
 			return nil, fmt.Errorf("connect to the broker: %w", err)
 		}
 		broker.Store(conn)
+		retryConn, err := amqp.DialOptions(ctx, cfg.AMQPURL, topo, logger,
+			amqp.Options{Name: spec.Name + "-retry", Registerer: reg, RedeclareInterval: -1})
+		if err != nil {
+			return nil, fmt.Errorf("connect to the broker for retries: %w", err)
+		}
+		retry.Store(retryConn)
 		ib := inbox.New(p, spec.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
 		spec.Register(ib, logger)
-		consumer, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
+		sub, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
 			Queue:       spec.Queue.Name,
 			Name:        spec.Name,
 			Workers:     cfg.Workers,
 			Prefetch:    cfg.Prefetch,
 			MaxAttempts: cfg.MaxAttempts,
 			RetryDelays: cfg.RetryDelays,
+			RetryConn:   retryConn,
+			Probe:       p.Ping,
 		}, ib.HandleDelivery, logger, reg)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
+		consumer.Store(sub)
 		router := httpx.NewRouter(logger, reg, checks...)
 		if spec.Routes != nil {
 			spec.Routes(router, p, logger)
 		}
 		handler.Set(router)
-		return consumer, nil
+		return sub, nil
 	}()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -120,7 +146,7 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	logger.Info("connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
 		slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
 
-	go func() { errc <- wrap("consumer", consumer.Run(ctx)) }()
+	go func() { errc <- wrap("consumer", c.Run(ctx)) }()
 	first := <-errc
 	cancel() // one part stopped: stop the other
 	err = errors.Join(first, <-errc)

@@ -31,6 +31,8 @@ import (
 //	<PREFIX>_RETRY_DELAYS   comma-separated delay per retry level, each a whole number of
 //	                        milliseconds >= 1ms (default 1s,5s,30s)
 //	INBOX_MIN_RETENTION     shortest horizon purge-inbox accepts (default 168h; DESIGN.md rule 5)
+//	AMQP_REDECLARE_INTERVAL how often the service declares its queue, bindings, retry and
+//	                        dead-letter queues again, repairing what was deleted (default 5s)
 //
 // Counts must be positive whole numbers and durations positive Go durations ("90s").
 type Settings struct {
@@ -45,6 +47,8 @@ type Settings struct {
 	MaxAttempts  int
 	RetryDelays  []time.Duration
 	MinRetention time.Duration
+	// RedeclareInterval is amqp.Options.RedeclareInterval of the consuming connection.
+	RedeclareInterval time.Duration
 }
 
 // Prefix returns the prefix of spec's own variables: the upper-case Name and "_",
@@ -68,6 +72,8 @@ func LoadSettings(spec Spec, getenv func(string) string) (Settings, error) {
 		InboxTx:      env.PositiveInt(p+"INBOX_TX", orDefault(d.InboxTx, 2)),
 		MaxAttempts:  env.PositiveInt(p+"MAX_ATTEMPTS", 5),
 		MinRetention: env.PositiveDuration("INBOX_MIN_RETENTION", 168*time.Hour),
+
+		RedeclareInterval: env.PositiveDuration("AMQP_REDECLARE_INTERVAL", 5*time.Second),
 	}
 	s.Prefetch = env.PositiveInt(p+"PREFETCH", 4*s.Workers)
 	level, err := logging.ParseLevel(env.String("LOG_LEVEL", "info"))

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
@@ -74,9 +76,38 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 		}
 	}
 
+	good := body(contracts.EventOrderPlaced, nil)
+	var goodEnv contracts.Envelope
+	if err := json.Unmarshal(good, &goodEnv); err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range map[string]amqp.Delivery{
+		"content_type text/plain":     {Body: good, ContentType: "text/plain"},
+		"content_type bad":            {Body: good, ContentType: ";;"},
+		"message_id of another event": {Body: good, MessageID: uuid.Must(uuid.NewV7()).String()},
+		"message_id not a UUID":       {Body: good, MessageID: "order-1"},
+	} {
+		err := ib.HandleDelivery(ctx, d)
+		if !errors.Is(err, amqp.ErrPermanent) || !strings.Contains(err.Error(), strings.Fields(name)[0]) {
+			t.Errorf("%s: err = %v, want amqp.ErrPermanent naming %s", name, err, strings.Fields(name)[0])
+		}
+	}
+
 	noHandler := inbox.New(pool, "d", v, nil, nil)
 	if err := noHandler.HandleDelivery(ctx, amqp.Delivery{Body: body(contracts.EventOrderPlaced, nil)}); !errors.Is(err, amqp.ErrPermanent) || !errors.Is(err, inbox.ErrNoHandler) {
 		t.Errorf("no handler: err = %v, want amqp.ErrPermanent and inbox.ErrNoHandler", err)
+	}
+
+	// A database that refuses connections is not the event's fault.
+	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	unreachable := inbox.New(down, "c", v, nil, nil)
+	unreachable.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
+	if err := unreachable.HandleDelivery(ctx, amqp.Delivery{Body: good}); !errors.Is(err, amqp.ErrUnavailable) || errors.Is(err, amqp.ErrPermanent) {
+		t.Errorf("database down: err = %v, want amqp.ErrUnavailable", err)
 	}
 
 	var keys int
@@ -87,9 +118,11 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 	if err := ib.HandleDelivery(ctx, amqp.Delivery{Body: body(contracts.EventOrderCancelled, nil)}); !errors.Is(err, boom) || errors.Is(err, amqp.ErrPermanent) {
 		t.Errorf("handler error: err = %v, want boom and not permanent", err)
 	}
-	good := body(contracts.EventOrderPlaced, nil)
-	for n := range 2 {
-		if err := ib.HandleDelivery(ctx, amqp.Delivery{Body: good}); err != nil {
+	for n, d := range []amqp.Delivery{
+		{Body: good, MessageID: goodEnv.EventID.String(), ContentType: "application/json"},
+		{Body: good, ContentType: "application/json; charset=utf-8", MessageID: strings.ToUpper(goodEnv.EventID.String())},
+	} {
+		if err := ib.HandleDelivery(ctx, d); err != nil {
 			t.Errorf("good delivery #%d: %v", n+1, err)
 		}
 	}
