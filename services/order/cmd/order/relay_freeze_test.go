@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -129,19 +128,7 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 	waitFor(t, "the leader publishes", 30*time.Second, func() bool { return unpublished(t, pool) == 0 })
 
 	// The standby, in this process.
-	ctx, cancel := context.WithCancel(context.Background())
-	standbyLogs := &relayLogs{addr: make(chan string, 1)}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"order", "relay"}, env(vars), io.Discard, standbyLogs) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("the standby did not stop")
-		}
-	})
-	standby := "http://" + <-standbyLogs.addr
+	standby, standbyLogs, _ := startRelay(t, vars)
 	waitFor(t, "the standby stands by", 30*time.Second, func() bool {
 		return strings.Contains(standbyLogs.String(), "another relay holds the lock")
 	})
