@@ -143,3 +143,88 @@ amqp_connection_blocked{connection="relay"} `+want+"\n"), "amqp_connection_block
 		_ = conn.Close()
 	})
 }
+
+// TestConsumerRetryPathDuringAResourceAlarm: a handler fails while the broker
+// blocks the retry connection. The retry publish fails within its timeout,
+// the consumer pauses instead of spending the attempt, the delivery waits in
+// the queue, and after the alarm it is retried and handled; nothing is
+// dead-lettered.
+func TestConsumerRetryPathDuringAResourceAlarm(t *testing.T) {
+	t.Parallel()
+	node := testkit.StartRabbitNode(t)
+	topo := nodeTopology()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dial := func(name string) *Connection {
+		conn, err := DialOptions(ctx, node.URL, topo, testLogger(t), Options{
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Name: name, CloseTimeout: 2 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn
+	}
+	consume, retry := dial("consume"), dial("retry")
+
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	rec := &recorder{fn: func(d Delivery) error {
+		if d.Attempt > 1 {
+			return nil
+		}
+		select {
+		case started <- struct{}{}:
+			<-gate // the first call fails only once the alarm is on
+		default:
+		}
+		return errors.New("handler failed")
+	}}
+	c, _ := startConsumer(t, consume, ConsumerConfig{
+		Queue: topo.Queues[0].Name, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+		RetryConn: retry, RetryConfirmTimeout: time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	}, rec.handle)
+	publishAll(t, consume, topo.Exchange, messages(1, "alarm"))
+	<-started
+
+	node.Alarm(t)
+	// Make the retry connection publish once so that the broker blocks it.
+	_, _ = NewPublisher(retry, "").PublishBatch(ctx, []Message{{RoutingKey: "nowhere", MessageID: "probe"}}, time.Second)
+	eventually(t, 30*time.Second, "the retry connection blocked", func() bool { return errors.Is(retry.Ready(), ErrBlocked) })
+	close(gate)
+	eventually(t, 30*time.Second, "the consumer paused", func() bool { return errors.Is(c.Ready(), ErrPaused) })
+	if r := c.Ready(); !strings.Contains(r.Error(), "low on memory") && !strings.Contains(r.Error(), ErrBlocked.Error()) {
+		t.Errorf("Ready() = %v, want the block named", r)
+	}
+	raw, err := dialRaw(node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	count := func(queue string) int {
+		ch, err := raw.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Messages
+	}
+	eventually(t, 30*time.Second, "the delivery back in its queue", func() bool { return count(topo.Queues[0].Name) == 1 })
+	if n := count(topo.Queues[0].DeadLetterQueue); n != 0 {
+		t.Fatalf("%d messages dead-lettered during the alarm", n)
+	}
+
+	node.ClearAlarm(t)
+	eventually(t, 30*time.Second, "the second attempt handled", func() bool {
+		return rec.count(func(d Delivery) bool { return d.Attempt == 2 }) == 1
+	})
+	if n := count(topo.Queues[0].DeadLetterQueue); n != 0 {
+		t.Errorf("%d messages dead-lettered", n)
+	}
+	eventually(t, 30*time.Second, "the consumer ready", func() bool { return c.Ready() == nil })
+}

@@ -496,7 +496,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 			// Nothing may be lost and the retry path is infrastructure: the
 			// delivery goes back to its queue as it was and the consumer
 			// pauses until the retry connection is ready again.
-			log.Error("retry publish failed; the delivery goes back to the queue and the consumer pauses",
+			log.Warn("retry publish failed; the delivery goes back to the queue and the consumer pauses",
 				slog.Any("error", err), slog.Any("publish_error", perr), slog.Duration("delay", delay))
 			return fmt.Errorf("%w: publish to retry queue %s: %w", ErrUnavailable, queue, perr)
 		}

@@ -148,3 +148,6 @@ func messages(n int, prefix string) []Message {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// dialRaw opens a plain connection to url, for inspecting a private node.
+func dialRaw(url string) (*amqp091.Connection, error) { return amqp091.Dial(url) }

@@ -231,10 +231,14 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 
 	// A blocked connection reads nothing: sending would only fill the socket.
 	if err := p.conn.waitUnblocked(callCtx); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return fail(0, err)
+		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			blocked := p.conn.blockedErr()
+			if blocked == nil { // unblocked just now
+				blocked = ErrBlocked
+			}
+			err = fmt.Errorf("waited %v: %w", timeout, blocked)
 		}
-		return fail(0, ended(ErrBlocked))
+		return fail(0, err)
 	}
 	ch, err := p.channel(callCtx)
 	if err != nil {

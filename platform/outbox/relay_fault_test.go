@@ -31,17 +31,7 @@ func TestRelayRetriesOnlyTheFailingRowWhileAQueueRefuses(t *testing.T) {
 	pool := newOutboxDB(t)
 	topo := testTopology(t)
 	healthy := consume(t, topo.Queues[0].Name)
-	raw := rawChannel(t)
-	refusing := testkit.UniqueName(t, "relay-refusing")
-	if _, err := raw.QueueDeclare(refusing, false, false, false, false, amqp091.Table{
-		"x-max-length": int32(1), "x-overflow": "reject-publish",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = rawChannel(t).QueueDelete(refusing, false, false, false) })
-	if err := raw.QueueBind(refusing, contracts.EventOrderPlaced, topo.Exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	refusing := refusingQueue(t, topo.Exchange, false)
 
 	const n = 40
 	for i := range n {
@@ -114,15 +104,17 @@ func TestRelayRecordsAFailureWhenTheBatchTransactionExpired(t *testing.T) {
 	pool := newOutboxDB(t)
 	topo := testTopology(t)
 	pub := newPublisher(t, topo)
-	if err := rawChannel(t).ExchangeDelete(topo.Exchange, false, false); err != nil {
-		t.Fatal(err)
-	}
+	refusing := refusingQueue(t, topo.Exchange, true)
 	id := insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, "expired")
 	cfg := fastConfig()
 	cfg.StallTimeout = 300 * time.Millisecond
 	r := newTestRelay(t, pool, pub, cfg)
 	var ended atomic.Int32
+	var healed atomic.Bool
 	r.afterPublish = func(int) {
+		if healed.Load() {
+			return
+		}
 		// The server ends the batch's transaction while the relay waits for
 		// the broker (as idle_in_transaction_session_timeout would).
 		var n int
@@ -138,7 +130,7 @@ func TestRelayRecordsAFailureWhenTheBatchTransactionExpired(t *testing.T) {
 	if ended.Load() < 2 {
 		t.Fatalf("ended %d batch transactions", ended.Load())
 	}
-	if s := readOutbox(t, pool)[id]; !strings.Contains(s.LastError, "NOT_FOUND") || s.Published {
+	if s := readOutbox(t, pool)[id]; !strings.Contains(s.LastError, "nack") || s.Published {
 		t.Fatalf("row %+v", s)
 	}
 	if testutil.ToFloat64(r.m.failures) < 2 {
@@ -146,12 +138,10 @@ func TestRelayRecordsAFailureWhenTheBatchTransactionExpired(t *testing.T) {
 	}
 	eventually(t, "Ready reports the relay that cannot publish", func() bool {
 		err := r.Ready()
-		return err != nil && strings.Contains(err.Error(), "NOT_FOUND")
+		return err != nil && strings.Contains(err.Error(), "nack")
 	})
-	if err := topo.Declare(rawChannel(t)); err != nil {
-		t.Fatal(err)
-	}
-	r.afterPublish = nil
+	healed.Store(true)
+	consume(t, refusing)
 	eventually(t, "row published and Ready again", func() bool { return readOutbox(t, pool)[id].Published && r.Ready() == nil })
 }
 
@@ -252,4 +242,33 @@ func (p *tcpProxy) stop() {
 	if !errors.Is(err, net.ErrClosed) {
 		p.wg.Wait()
 	}
+}
+
+// refusingQueue declares a queue bound to exchange for order.order.placed.v1
+// that holds one message at most and refuses more (reject-publish: the
+// publisher gets a nack); full puts a message in it at once. It is deleted
+// when the test ends.
+func refusingQueue(t testing.TB, exchange string, full bool) string {
+	t.Helper()
+	raw := rawChannel(t)
+	q := testkit.UniqueName(t, "relay-refusing")
+	if _, err := raw.QueueDeclare(q, false, false, false, false, amqp091.Table{
+		"x-max-length": int32(1), "x-overflow": "reject-publish",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = rawChannel(t).QueueDelete(q, false, false, false) })
+	if err := raw.QueueBind(q, contracts.EventOrderPlaced, exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if full {
+		if err := raw.PublishWithContext(t.Context(), "", q, false, false, amqp091.Publishing{Body: []byte("filler")}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the refusing queue is full", func() bool {
+			st, err := raw.QueueDeclarePassive(q, false, false, false, false, nil)
+			return err == nil && st.Messages == 1
+		})
+	}
+	return q
 }

@@ -203,50 +203,29 @@ func TestRelayCrashBeforeCommitRepublishes(t *testing.T) {
 	}
 }
 
-func TestRelayKeepsRowsWhileBrokerRefusesAndRecovers(t *testing.T) {
+// A deleted exchange is declared again by the publisher (amqp.Publisher's
+// repair after 404 NOT_FOUND): the relay goes on publishing, in order, with
+// no restart and no row left behind. (A broker that keeps refusing is
+// TestRelayRetriesOnlyTheFailingRowWhileAQueueRefuses.)
+func TestRelayPublishesPastADeletedExchange(t *testing.T) {
 	t.Parallel()
 	pool := newOutboxDB(t)
 	topo := testTopology(t)
 	in := consume(t, topo.Queues[0].Name)
-	pub := newPublisher(t, topo) // declares the topology when it connects
-	raw := rawChannel(t)
-	// The exchange disappears: every publish fails with 404 NOT_FOUND.
-	if err := raw.ExchangeDelete(topo.Exchange, false, false); err != nil {
+	r := newTestRelay(t, pool, newPublisher(t, topo), fastConfig())
+	start(t, r)
+	insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, "first")
+	receive(t, in, 1)
+
+	if err := rawChannel(t).ExchangeDelete(topo.Exchange, false, false); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
 	for i := range n {
 		insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, fmt.Sprint(i))
 	}
-	first := orderedIDs(t, pool)[0]
-	r := newTestRelay(t, pool, pub, fastConfig())
-	start(t, r)
-
-	eventually(t, "failed attempts counted on the first row", func() bool {
-		return readOutbox(t, pool)[first].Attempts >= 3
-	})
-	state := readOutbox(t, pool)
-	for id, s := range state {
-		if s.Published {
-			t.Fatalf("row %s marked published while the exchange was missing", id)
-		}
-		if id != first && s.Attempts != 0 {
-			t.Fatalf("row %s: %d attempts, only the first row of the batch counts", id, s.Attempts)
-		}
-	}
-	if !strings.Contains(state[first].LastError, "NOT_FOUND") {
-		t.Fatalf("last_error %q does not say why", state[first].LastError)
-	}
-	if testutil.ToFloat64(r.m.failures) < 3 || testutil.ToFloat64(r.m.published) != 0 {
-		t.Fatalf("failures %v, published %v", testutil.ToFloat64(r.m.failures), testutil.ToFloat64(r.m.published))
-	}
-
-	// The broker is back: the same relay publishes everything, in order.
-	if err := topo.Declare(raw); err != nil {
-		t.Fatal(err)
-	}
 	got := receive(t, in, n)
-	want := orderedIDs(t, pool)
+	want := orderedIDs(t, pool)[1:]
 	for i, d := range got {
 		if d.MessageId != want[i] {
 			t.Fatalf("message %d is %s, want %s", i, d.MessageId, want[i])

@@ -28,9 +28,17 @@ import (
 //	AMQP_URL               RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR              address of /healthz, /readyz and /metrics (default :8084)
 //	RELAY_BATCH_SIZE       rows per batch (default 500)
-//	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway, and after a failed batch (default 1s)
+//	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway; first wait after a failed batch (default 1s)
+//	RELAY_MAX_BACKOFF      cap of the doubling wait between attempts after failed batches (default 10s)
 //	RELAY_CONFIRM_TIMEOUT  bound on publishing one batch, confirms included (default 5s)
+//	RELAY_STALL_TIMEOUT    a leader failing to publish for this long makes /readyz answer 503 (default 15s)
 //	RELAY_MODE             pipelined (default) or one-at-a-time
+//	RELAY_LOCK_RETRY       how often a standby tries to take the leader lock (default 1s)
+//	RELAY_LOCK_TIMEOUT     idle_session_timeout of the leader's lock session: a frozen leader loses the lock after it (default 5s)
+//	RELAY_LOCK_KEEPALIVE   how often the leader pings its lock session; at most half of RELAY_LOCK_TIMEOUT (default 1s)
+//
+// Durations are Go durations such as 500ms, 5s or 1m.
+//
 //	LOG_LEVEL              debug, info, warn or error (default info)
 type relayConfig struct {
 	DatabaseURL string
@@ -51,7 +59,12 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 		Relay: outbox.RelayConfig{
 			BatchSize:      env.PositiveInt("RELAY_BATCH_SIZE", outbox.DefaultBatchSize),
 			PollInterval:   env.PositiveDuration("RELAY_POLL_INTERVAL", outbox.DefaultPollInterval),
+			MaxBackoff:     env.PositiveDuration("RELAY_MAX_BACKOFF", outbox.DefaultMaxBackoff),
 			ConfirmTimeout: env.PositiveDuration("RELAY_CONFIRM_TIMEOUT", outbox.DefaultConfirmTimeout),
+			StallTimeout:   env.PositiveDuration("RELAY_STALL_TIMEOUT", outbox.DefaultStallTimeout),
+			LockRetry:      env.PositiveDuration("RELAY_LOCK_RETRY", outbox.DefaultLockRetry),
+			LockTimeout:    env.PositiveDuration("RELAY_LOCK_TIMEOUT", outbox.DefaultLockTimeout),
+			LockKeepalive:  env.PositiveDuration("RELAY_LOCK_KEEPALIVE", outbox.DefaultLockKeepalive),
 		},
 	}
 	rawMode := env.String("RELAY_MODE", outbox.Pipelined.String())
@@ -60,6 +73,9 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 		env.Errorf("RELAY_MODE", "%q is not one of pipelined, one-at-a-time", rawMode)
 	}
 	c.Relay.Mode = mode
+	if 2*c.Relay.LockKeepalive > c.Relay.LockTimeout {
+		env.Errorf("RELAY_LOCK_KEEPALIVE", "%v is more than half of RELAY_LOCK_TIMEOUT (%v)", c.Relay.LockKeepalive, c.Relay.LockTimeout)
+	}
 	return c, env.Err()
 }
 
@@ -72,17 +88,24 @@ func (c relayConfig) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Int("batch_size", c.Relay.BatchSize),
 		slog.Duration("poll_interval", c.Relay.PollInterval),
+		slog.Duration("max_backoff", c.Relay.MaxBackoff),
 		slog.Duration("confirm_timeout", c.Relay.ConfirmTimeout),
+		slog.Duration("stall_timeout", c.Relay.StallTimeout),
 		slog.String("mode", c.Relay.Mode.String()),
+		slog.Duration("lock_retry", c.Relay.LockRetry),
+		slog.Duration("lock_timeout", c.Relay.LockTimeout),
+		slog.Duration("lock_keepalive", c.Relay.LockKeepalive),
 	)
 }
 
-// runRelay runs the outbox relay (DESIGN.md rule 2) until ctx ends: config,
-// logger, HTTP server (/healthz, /readyz, /metrics), database pool (waited
-// for with pg.WaitPool), broker connection (dialled with backoff; it declares
-// the topology), then the relay, which leads or stands by behind the advisory
-// lock. /readyz checks PostgreSQL and the broker connection and answers 503
-// until both are connected; a standby relay is ready too (relay_leader tells
+// runRelay runs the outbox relay (docs/architecture.md, flow step 3) until
+// ctx ends: config, logger, HTTP server (/healthz, /readyz, /metrics),
+// database pool (waited for with pg.WaitPool), broker connection (dialled
+// with backoff; it declares the topology), then the relay, which leads or
+// stands by behind the advisory lock. /readyz checks PostgreSQL, the broker
+// connection and the relay, and answers 503 until both are connected, and
+// while a leader has not been able to publish for RELAY_STALL_TIMEOUT
+// (outbox.Relay.Ready); a standby relay is ready too (relay_leader tells
 // them apart). On ctx's end the batch in hand is finished or rolled back, then
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
@@ -101,11 +124,13 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	var (
 		db     atomic.Pointer[pgxpool.Pool]
 		broker atomic.Pointer[amqp.Connection]
+		relay  atomic.Pointer[outbox.Relay]
 	)
 	reg := metrics.NewRegistry()
 	router := httpx.NewRouter(logger, reg,
 		httpx.Pending("postgres", &db, (*pgxpool.Pool).Ping),
 		httpx.Pending("rabbitmq", &broker, func(c *amqp.Connection, _ context.Context) error { return c.Ready() }),
+		httpx.Pending("publishing", &relay, func(r *outbox.Relay, _ context.Context) error { return r.Ready() }),
 	)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -145,11 +170,12 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		pub := amqp.NewPublisher(conn, topo.Exchange)
 		defer func() { _ = pub.Close() }()
 
-		relay, err := outbox.NewRelay(pool, pub, cfg.Relay, logger, reg)
+		r, err := outbox.NewRelay(pool, pub, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
 		if err != nil {
 			return err
 		}
-		return relay.Run(ctx)
+		relay.Store(r)
+		return r.Run(ctx)
 	}()
 	cancel()
 	err = errors.Join(relayErr, <-served)
@@ -166,7 +192,7 @@ type purgeConfig struct {
 
 // runPurgeOutbox deletes the outbox rows published longer ago than the
 // horizon given by --older-than (a Go duration such as 168h, required,
-// > 0) and prints how many it deleted (DESIGN.md rule 5). Unpublished rows
+// > 0) and prints how many it deleted (docs/architecture.md, "Guarantees"). Unpublished rows
 // are never deleted.
 func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)

@@ -79,6 +79,22 @@ func insertOutboxRow(t *testing.T, pool *pgxpool.Pool, published time.Time) stri
 	return env.EventID.String()
 }
 
+// brokerChannel opens a channel on its own connection to amqpURL, closed
+// when the test ends.
+func brokerChannel(t *testing.T, amqpURL string) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -90,34 +106,53 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
-	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
-	amqpURL := testkit.NewVhost(t)
-	id := insertOutboxRow(t, pool, time.Time{})
-
+// startRelay runs `order relay` in this process with vars and returns the
+// base URL of its HTTP server, its logs, and stop, which ends it and returns
+// what run returned (a relay that does not stop within 30 s fails the test).
+// stop is also called when the test ends.
+func startRelay(t *testing.T, vars map[string]string) (string, *relayLogs, func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	logs := &relayLogs{addr: make(chan string, 1)}
 	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"order", "relay"}, env(map[string]string{
-			"ORDER_DATABASE_URL":  dbURL,
-			"AMQP_URL":            amqpURL,
-			"HTTP_ADDR":           "127.0.0.1:0",
-			"RELAY_POLL_INTERVAL": "50ms",
-			"LOG_LEVEL":           "debug",
-		}), io.Discard, logs)
-	}()
-	var base string
+	go func() { done <- run(ctx, []string{"order", "relay"}, env(vars), io.Discard, logs) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("relay did not stop within 30 s:\n%s", logs)
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
 	select {
 	case addr := <-logs.addr:
-		base = "http://" + addr
+		return "http://" + addr, logs, stop
 	case err := <-done:
 		t.Fatalf("relay ended: %v\n%s", err, logs)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("relay did not listen:\n%s", logs)
 	}
+	return "", nil, nil
+}
+
+func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	amqpURL := testkit.NewVhost(t)
+	id := insertOutboxRow(t, pool, time.Time{})
+	base, logs, stop := startRelay(t, map[string]string{
+		"ORDER_DATABASE_URL":  dbURL,
+		"AMQP_URL":            amqpURL,
+		"HTTP_ADDR":           "127.0.0.1:0",
+		"RELAY_POLL_INTERVAL": "50ms",
+		"LOG_LEVEL":           "debug",
+	})
 
 	// Ready once the broker connection has declared the topology.
 	end := time.Now().Add(30 * time.Second)
@@ -132,18 +167,11 @@ func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	conn, err := amqp091.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := brokerChannel(t, amqpURL)
 	var d amqp091.Delivery
 	for end := time.Now().Add(30 * time.Second); ; {
 		var ok bool
+		var err error
 		d, ok, err = ch.Get(contracts.QueueStock, true)
 		if err != nil {
 			t.Fatal(err)
@@ -171,14 +199,8 @@ func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("relay: %v\n%s", err, logs)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("relay did not stop:\n%s", logs)
+	if err := stop(); err != nil {
+		t.Fatalf("relay: %v\n%s", err, logs)
 	}
 	var published bool
 	if err := pool.QueryRow(t.Context(), `SELECT published_at IS NOT NULL FROM outbox WHERE id = $1`, id).Scan(&published); err != nil || !published {
@@ -244,11 +266,22 @@ func TestRelayCommandRejectsBadSettings(t *testing.T) {
 		"RELAY_MODE":          "fast",
 		"RELAY_BATCH_SIZE":    "0",
 		"RELAY_POLL_INTERVAL": "soon",
+		"RELAY_LOCK_TIMEOUT":  "-1s",
+		"RELAY_LOCK_RETRY":    "0s",
+		"RELAY_MAX_BACKOFF":   "often",
+		"RELAY_STALL_TIMEOUT": "1",
 	}), io.Discard, io.Discard)
-	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL"} {
+	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LOCK_TIMEOUT",
+		"RELAY_LOCK_RETRY", "RELAY_MAX_BACKOFF", "RELAY_STALL_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), v) {
 			t.Fatalf("error %v does not name %s", err, v)
 		}
+	}
+	err = run(t.Context(), []string{"order", "relay"}, env(map[string]string{
+		"RELAY_LOCK_TIMEOUT": "2s", "RELAY_LOCK_KEEPALIVE": "1500ms",
+	}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "RELAY_LOCK_KEEPALIVE") {
+		t.Fatalf("a keepalive over half the lock timeout: error %v", err)
 	}
 	if err := run(t.Context(), []string{"order", "relay", "extra"}, env(nil), io.Discard, io.Discard); err == nil {
 		t.Fatal("relay accepted an argument")
@@ -290,5 +323,64 @@ func TestPurgeOutboxCommand(t *testing.T) {
 	}
 	if left[old] || !left[recent] || !left[pending] || len(left) != 2 {
 		t.Fatalf("rows left %v (old %s, recent %s, pending %s)", left, old, recent, pending)
+	}
+}
+
+// While the broker refuses the relay's messages (a bound queue full with
+// reject-publish), /readyz answers 503 naming the publishing check once
+// RELAY_STALL_TIMEOUT has passed, and 200 again once the row is published.
+func TestRelayCommandReadyzReportsALeaderThatCannotPublish(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	amqpURL := testkit.NewVhost(t)
+	base, logs, stop := startRelay(t, map[string]string{
+		"ORDER_DATABASE_URL":  dbURL,
+		"AMQP_URL":            amqpURL,
+		"HTTP_ADDR":           "127.0.0.1:0",
+		"RELAY_POLL_INTERVAL": "50ms",
+		"RELAY_MAX_BACKOFF":   "200ms",
+		"RELAY_STALL_TIMEOUT": "500ms",
+	})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	waitFor(t, "ready", 30*time.Second, func() bool { code, _ := httpGet(t, base+"/readyz"); return code == http.StatusOK })
+
+	ch := brokerChannel(t, amqpURL)
+	const q = "test.refusing"
+	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, contracts.EventOrderPlaced, contracts.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", q, false, false, amqp091.Publishing{Body: []byte("filler")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refusing queue is full", 30*time.Second, func() bool {
+		st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		return err == nil && st.Messages == 1
+	})
+	id := insertOutboxRow(t, pool, time.Time{})
+	waitFor(t, "/readyz reports the relay", 30*time.Second, func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "publishing")
+	})
+	if _, err := ch.QueuePurge(q, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ready again", 30*time.Second, func() bool { code, _ := httpGet(t, base+"/readyz"); return code == http.StatusOK })
+	var attempts int
+	var lastError string
+	if err := pool.QueryRow(t.Context(), `SELECT attempts, last_error FROM outbox WHERE id = $1`, id).Scan(&attempts, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if attempts == 0 || !strings.Contains(lastError, "nack") {
+		t.Fatalf("attempts %d, last_error %q", attempts, lastError)
+	}
+	if n := strings.Count(logs.String(), "cannot publish; retrying"); n != 1 {
+		t.Fatalf("%d WARN lines for one failure streak:\n%s", n, logs)
 	}
 }
