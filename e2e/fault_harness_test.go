@@ -102,20 +102,7 @@ func newRig(t *testing.T, b broker, processEnv map[string][]string) *fault.Rig {
 	if err != nil {
 		t.Fatalf("rig: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		for _, p := range r.Sys.All() {
-			out := p.Output()
-			if strings.Contains(out, "WARNING: DATA RACE") {
-				t.Errorf("%s reported a data race:\n%s", p.Name, raceReport(out))
-			}
-			if t.Failed() {
-				t.Logf("last output of %s:\n%s", p.Name, tail(out, 30))
-			}
-		}
-	})
+	t.Cleanup(func() { stopAndReport(t, r.Close, r.Sys.All()) })
 	if err := r.Start(ctx, faultSettle); err != nil {
 		t.Fatalf("start: %v", err)
 	}

@@ -129,24 +129,28 @@ func newShop(t *testing.T, opt options) *shop {
 		t.Fatalf("open databases: %v", err)
 	}
 	t.Cleanup(dbs.Close)
-	t.Cleanup(func() {
-		if err := sys.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		for _, p := range sys.All() {
-			out := p.Output()
-			if strings.Contains(out, "WARNING: DATA RACE") {
-				t.Errorf("%s reported a data race:\n%s", p.Name, raceReport(out))
-			}
-			if t.Failed() {
-				t.Logf("last output of %s:\n%s", p.Name, tail(out, 40))
-			}
-		}
-	})
+	t.Cleanup(func() { stopAndReport(t, sys.Stop, sys.All()) })
 	if err := sys.Start(ctx, settle); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	return &shop{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL}
+}
+
+// stopAndReport stops the processes with stop, fails t for every data race
+// they reported, and logs their last output when t failed.
+func stopAndReport(t *testing.T, stop func() error, procs []*system.Process) {
+	if err := stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	for _, p := range procs {
+		out := p.Output()
+		if strings.Contains(out, "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race:\n%s", p.Name, raceReport(out))
+		}
+		if t.Failed() {
+			t.Logf("last output of %s:\n%s", p.Name, tail(out, 40))
+		}
+	}
 }
 
 // lockedWriter serialises writes of several processes to one file.
