@@ -96,7 +96,7 @@ func newRig(t *testing.T, b broker, processEnv map[string][]string) *fault.Rig {
 			t.Fatalf("log file: %v", err)
 		}
 		t.Cleanup(func() { f.Close() })
-		cfg.Log = &lockedWriter{w: f}
+		cfg.Log = f
 	}
 	r, err := fault.New(ctx, cfg)
 	if err != nil {

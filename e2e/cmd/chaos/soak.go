@@ -236,7 +236,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Ctl:           node.Ctl,
 		Vhost:         "/",
 		Env:           []string{"RELAY_POLL_INTERVAL=200ms", "LOG_LEVEL=info"},
-		Log:           &lockedWriter{w: logFile},
+		Log:           logFile,
 	})
 	if err != nil {
 		return err
@@ -349,16 +349,4 @@ func databasesFor(ctx context.Context, serverURL string, seed uint64) ([]string,
 		}
 	}
 	return urls, drop, nil
-}
-
-// lockedWriter serialises writes of several processes to one file.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

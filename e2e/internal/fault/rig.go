@@ -37,7 +37,7 @@ type Config struct {
 	Vhost         string                                                    // vhost of AMQPURL, for Ctl's -p
 	Env           []string                                                  // KEY=VALUE added to every process
 	ProcessEnv    map[string][]string                                       // KEY=VALUE added to one process
-	Log           io.Writer                                                 // the processes' output, prefixed; nil keeps it in memory
+	Log           io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
 }
 
 // Proxy names: <process>-pg and <process>-amqp, for the processes "order"
@@ -72,6 +72,9 @@ type Rig struct {
 // New routes every process through its proxies, migrates the three
 // databases and opens the ledger's pools; nothing runs yet (see Start).
 func New(ctx context.Context, cfg Config) (*Rig, error) {
+	if cfg.Log != nil {
+		cfg.Log = &syncWriter{w: cfg.Log}
+	}
 	r := &Rig{Net: NewNet(), cfg: cfg}
 	direct := map[string]string{
 		"order-pg": cfg.OrderDBURL, "relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
@@ -365,4 +368,16 @@ func (r *Rig) Ctl(ctx context.Context, vhostScoped bool, args ...string) (string
 		args = append([]string{args[0], "-p", r.cfg.Vhost}, args[1:]...)
 	}
 	return r.cfg.Ctl(ctx, args...)
+}
+
+// syncWriter serialises the writes of several processes to one writer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
