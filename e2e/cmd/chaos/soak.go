@@ -150,14 +150,19 @@ func kinds() []kind {
 			return "broker", err
 		}},
 		{"reject-publish", 5 * time.Second, 15 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-			q := pick(rng, []string{contracts.QueueStock, contracts.QueueShipping})
+			// A quorum queue refuses publishes once it is full, so its
+			// consumer stalls (SIGSTOP) behind a max-length of 1.
+			q, consumer := contracts.QueueStock, "stock"
+			if rng.IntN(2) == 1 {
+				q, consumer = contracts.QueueShipping, "shipping"
+			}
 			pattern := "^" + strings.ReplaceAll(q, ".", `\.`) + "$"
-			if _, err := s.node.Ctl(ctx, "set_policy", "-p", "/", "chaos-refuse", pattern, `{"max-length":0,"overflow":"reject-publish"}`, "--apply-to", "queues"); err != nil {
+			if _, err := s.node.Ctl(ctx, "set_policy", "-p", "/", "chaos-refuse", pattern, `{"max-length":1,"overflow":"reject-publish"}`, "--apply-to", "queues"); err != nil {
 				return q, err
 			}
-			sleep(ctx, d)
-			_, err := s.node.Ctl(context.WithoutCancel(ctx), "clear_policy", "-p", "/", "chaos-refuse")
-			return q, err
+			err := s.rig.Freeze(ctx, s.rig.Process(consumer), d)
+			_, cerr := s.node.Ctl(context.WithoutCancel(ctx), "clear_policy", "-p", "/", "chaos-refuse")
+			return q, errors.Join(err, cerr)
 		}},
 		{"delete-exchange", 0, 0, func(ctx context.Context, s *soak, _ *rand.Rand, _ time.Duration) (string, error) {
 			return contracts.Exchange, s.rig.Broker(ctx, func(ch *amqp091.Channel) error {
