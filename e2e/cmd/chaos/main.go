@@ -4,9 +4,9 @@
 // shipping): network toxics between each process and PostgreSQL or
 // RabbitMQ, database outages, terminated sessions, a paused database
 // listener, SIGKILL, SIGSTOP and SIGTERM, a broker memory alarm, a broker
-// stop_app/start_app, a queue refusing publishes (its consumer stalled behind a max-length 1
-// reject-publish policy), a deleted exchange. Then it
-// checks the ledger across the three databases.
+// stop_app/start_app, a queue refusing publishes (its consumer stalled
+// behind a max-length 1 + reject-publish policy), a deleted exchange. Then
+// it checks the ledger across the three databases.
 //
 // Everything runs on a private RabbitMQ node it starts (and stops) and on
 // three fresh databases of the PostgreSQL server of CHAOS_DATABASE_URL
