@@ -134,7 +134,7 @@ func TestFaultNetwork(t *testing.T) {
 // stock stalls (SIGSTOP) behind a max-length 1 + reject-publish policy, so
 // the broker nacks every event for it. The relay retries the refused row
 // alone with backoff, so the healthy shipping.events sees a few duplicates,
-// not a storm of whole batches (issue defect 5), and nothing is lost once
+// not a storm of whole batches, and nothing is lost once
 // the policy is cleared and stock goes on.
 func rejectPublish(t *testing.T, r *fault.Rig) {
 	ctx := testkit.Context(t)
@@ -173,7 +173,7 @@ func rejectPublish(t *testing.T, r *fault.Rig) {
 
 // deletedQueue deletes stock.events (and later shipping.events)
 // while the system runs: the consumer declares its queue again at once, and
-// every event published after that reaches it (issue defect 2). Deleting a
+// every event published after that reaches it. Deleting a
 // queue deletes its messages, so the load is paused while the queue is
 // drained and gone.
 func deletedQueue(q string) func(t *testing.T, r *fault.Rig) {
@@ -200,7 +200,7 @@ func deletedQueue(q string) func(t *testing.T, r *fault.Rig) {
 
 // deletedExchange deletes app.events under load: the relay's
 // publishes fail, it declares the topology again (exchange and bindings) and
-// publishes the failed batch; nothing is lost (issue defect 3).
+// publishes the failed batch; nothing is lost.
 func deletedExchange(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 40, func(ctx context.Context) {
 		if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
@@ -214,7 +214,7 @@ func deletedExchange(t *testing.T, r *fault.Rig) {
 
 // badContent publishes a valid envelope with content_type
 // text/plain, and one whose message_id is not its event_id: each consumer
-// dead-letters both (issue defect 7) and no order is touched by them.
+// dead-letters both and no order is touched by them.
 func badContent(t *testing.T, r *fault.Rig) {
 	ctx := testkit.Context(t)
 	underLoad(t, r, 10, 0, func(context.Context) {})
@@ -255,8 +255,7 @@ func newEventID() string { return uuid.Must(uuid.NewV7()).String() }
 // databaseOutage makes each consumer's database refuse connections
 // (ALLOW_CONNECTIONS false, every session terminated) for longer than its
 // whole retry budget while events keep coming: the consumer stops taking
-// deliveries until its database is back and dead-letters nothing (issue
-// defect 4).
+// deliveries until its database is back and dead-letters nothing.
 func databaseOutage(db string) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
@@ -275,9 +274,9 @@ func databaseOutage(db string) func(t *testing.T, r *fault.Rig) {
 	}
 }
 
-// orderDatabaseOutage blocks the order database: the order API
-// answers 503 with Retry-After (never 500) until it is back (issue defect
-// 7); the relays wait; nothing placed is lost.
+// orderDatabaseOutage blocks the order database: the order API answers 503
+// with Retry-After (never 500) until it is back; the relays wait; nothing
+// placed is lost.
 func orderDatabaseOutage(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
 		unblock, err := r.BlockDatabase(ctx, "order")
@@ -365,7 +364,7 @@ func pausedListener(t *testing.T, r *fault.Rig) {
 
 // memoryAlarm raises a memory alarm on the private node (publishers blocked):
 // the relay notices the blocked connection, says so on /readyz, still shuts
-// down on SIGTERM, and publishes once the alarm is lifted (issue defect 1).
+// down on SIGTERM, and publishes once the alarm is lifted.
 func memoryAlarm(node *fault.Node) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		underLoad(t, r, 20, 20, func(ctx context.Context) {
@@ -442,7 +441,7 @@ func readyz(ctx context.Context, p *system.Process) (int, string) {
 }
 
 // frozenLeader freezes the leading relay with SIGSTOP: the standby
-// takes the lock over (issue defect 6) and publishes; when the old leader
+// takes the lock over and publishes; when the old leader
 // thaws it finds it lost the lock. The takeover time is reported.
 func frozenLeader(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
