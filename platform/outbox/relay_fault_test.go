@@ -177,6 +177,7 @@ func TestRelayRecordsWhyTheBrokerIsUnreachable(t *testing.T) {
 	start(t, testRelay{Relay: r, reg: reg})
 	insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, "before")
 	receive(t, in, 1)
+	eventually(t, "the first row marked", func() bool { return countUnpublished(t, pool) == 0 })
 
 	proxy.stop() // the broker's address refuses connections from now on
 	id := insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, "during")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -503,5 +504,37 @@ func TestDatabaseOutageAnswers503WithRetryAfter(t *testing.T) {
 	}
 	if r := e.post(t, "/orders", createBody(uuid.New(), "1")); r.status != http.StatusCreated {
 		t.Fatalf("create after the outage: %d %s", r.status, r.body)
+	}
+}
+
+// A request whose database work does not finish within api.DatabaseTimeout
+// (here: the order's row stays locked by another session) answers 503 with
+// Retry-After instead of waiting for ever.
+func TestDatabaseThatDoesNotAnswerInTimeAnswers503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o := e.create(t)
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := e.post(t, "/orders/"+o.ID+"/place", "")
+	checkProblem(t, r, http.StatusServiceUnavailable, "")
+	if ra := r.header.Get("Retry-After"); ra != "5" {
+		t.Fatalf("Retry-After %q, want 5", ra)
+	}
+	if took := time.Since(start); took < api.DatabaseTimeout {
+		t.Fatalf("answered after %v, before the %v budget ran out", took, api.DatabaseTimeout)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.post(t, "/orders/"+o.ID+"/place", ""); r.status != http.StatusOK {
+		t.Fatalf("place once the lock is gone: %d %s", r.status, r.body)
 	}
 }
