@@ -209,8 +209,13 @@ func TestRelayKeepsRowsWhileBrokerRefusesAndRecovers(t *testing.T) {
 	in := consume(t, topo.Queues[0].Name)
 	pub := newPublisher(t, topo) // declares the topology when it connects
 	raw := rawChannel(t)
-	// The exchange disappears: every publish fails with 404 NOT_FOUND.
+	// The exchange is replaced by one that routes nothing and has no alternate
+	// exchange: every publish is returned (NO_ROUTE). (A deleted exchange is no
+	// longer a lasting refusal: the publisher declares it again.)
 	if err := raw.ExchangeDelete(topo.Exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.ExchangeDeclare(topo.Exchange, amqp091.ExchangeDirect, false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
@@ -233,7 +238,7 @@ func TestRelayKeepsRowsWhileBrokerRefusesAndRecovers(t *testing.T) {
 			t.Fatalf("row %s: %d attempts, only the first row of the batch counts", id, s.Attempts)
 		}
 	}
-	if !strings.Contains(state[first].LastError, "NOT_FOUND") {
+	if !strings.Contains(state[first].LastError, "NO_ROUTE") {
 		t.Fatalf("last_error %q does not say why", state[first].LastError)
 	}
 	if testutil.ToFloat64(r.m.failures) < 3 || testutil.ToFloat64(r.m.published) != 0 {
@@ -241,6 +246,9 @@ func TestRelayKeepsRowsWhileBrokerRefusesAndRecovers(t *testing.T) {
 	}
 
 	// The broker is back: the same relay publishes everything, in order.
+	if err := raw.ExchangeDelete(topo.Exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := topo.Declare(raw); err != nil {
 		t.Fatal(err)
 	}
