@@ -14,17 +14,26 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-// nodeTopology is a topology for a private node, which is thrown away with
-// its entities when the test ends.
-func nodeTopology() Topology {
+// nodeTopology is a topology named after prefix for a private node, which
+// is thrown away with its entities when the test ends.
+func nodeTopology(prefix string) Topology {
 	return Topology{
-		Exchange: "t.events", AlternateExchange: "t.alternate", UnroutableQueue: "t.unroutable",
-		DeadLetterExchange: "t.dlx",
+		Exchange: prefix + ".events", AlternateExchange: prefix + ".alternate", UnroutableQueue: prefix + ".unroutable",
+		DeadLetterExchange: prefix + ".dlx",
 		Queues: []QueueSpec{{
-			Name: "t.q", DeadLetterQueue: "t.q.dlq", RoutingKeys: []string{testKey},
+			Name: prefix + ".q", DeadLetterQueue: prefix + ".q.dlq", RoutingKeys: []string{testKey},
 			RetryDelays: []time.Duration{50 * time.Millisecond},
 		}},
 	}
+}
+
+// TestResourceAlarm raises memory alarms on one private node (booting one
+// is slow, so its parts share it and run one after the other).
+func TestResourceAlarm(t *testing.T) {
+	t.Parallel()
+	node := testkit.StartRabbitNode(t)
+	t.Run("publisher", func(t *testing.T) { publisherDuringAResourceAlarm(t, node) })
+	t.Run("consumer retry path", func(t *testing.T) { consumerRetryPathDuringAResourceAlarm(t, node) })
 }
 
 func jsonLogger(logs *testkit.Logs) *slog.Logger {
@@ -46,15 +55,13 @@ func within(t *testing.T, limit time.Duration, what string, fn func()) {
 	}
 }
 
-// TestPublisherDuringAResourceAlarm raises a memory alarm on a private node:
-// the block is noticed, logged once when it starts and once when it ends,
+// publisherDuringAResourceAlarm raises a memory alarm on node: the block is
+// noticed, logged once when it starts and once when it ends,
 // exported and reported by Ready; publishing fails with ErrBlocked within its
 // timeout instead of hanging, publishing works again once the alarm clears,
 // and Close returns within CloseTimeout during an alarm.
-func TestPublisherDuringAResourceAlarm(t *testing.T) {
-	t.Parallel()
-	node := testkit.StartRabbitNode(t)
-	topo := nodeTopology()
+func publisherDuringAResourceAlarm(t *testing.T, node *testkit.RabbitNode) {
+	topo := nodeTopology("publisher")
 	logs := &testkit.Logs{}
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -142,17 +149,16 @@ amqp_connection_blocked{connection="relay"} `+want+"\n"), "amqp_connection_block
 		closed = true
 		_ = conn.Close()
 	})
+	node.ClearAlarm(t)
 }
 
-// TestConsumerRetryPathDuringAResourceAlarm: a handler fails while the broker
+// consumerRetryPathDuringAResourceAlarm: a handler fails while the broker
 // blocks the retry connection. The retry publish fails within its timeout,
 // the consumer pauses instead of spending the attempt, the delivery waits in
 // the queue, and after the alarm it is retried and handled; nothing is
 // dead-lettered.
-func TestConsumerRetryPathDuringAResourceAlarm(t *testing.T) {
-	t.Parallel()
-	node := testkit.StartRabbitNode(t)
-	topo := nodeTopology()
+func consumerRetryPathDuringAResourceAlarm(t *testing.T, node *testkit.RabbitNode) {
+	topo := nodeTopology("consumer")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	dial := func(name string) *Connection {

@@ -168,7 +168,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // its Connection's topology again at once (queue, bindings, retry and
 // dead-letter queues) and subscribes again. Messages that were inside a
 // deleted queue are gone from the broker; the producer's outbox still holds
-// them for a replay (docs/operations.md). Bindings removed with a deleted
+// them (docs/architecture.md, "Who declares what"). Bindings removed with a deleted
 // exchange come back with the Connection's periodic declaration
 // (Options.RedeclareInterval).
 //
@@ -182,11 +182,10 @@ type Consumer struct {
 	metrics consumerMetrics
 	retry   *Publisher
 	running atomic.Bool
+	acked   atomic.Int64 // deliveries acked, to tell a pause that follows progress
 
-	mu          sync.Mutex
-	subscribed  bool
-	notReady    error     // why the consumer is not subscribed, nil when it is
-	pausedSince time.Time // zero unless paused
+	mu       sync.Mutex
+	notReady error // why the consumer is not subscribed, nil when it is
 }
 
 // NewConsumer returns a Consumer of cfg.Queue on conn. It registers the
@@ -255,17 +254,16 @@ func (e *pauseError) Error() string { return "dependency unavailable: " + e.caus
 func (e *pauseError) Unwrap() error { return e.cause }
 
 // pause waits until the consumer's dependencies are back: Probe (if any)
-// and the retry connection both ready, checked with capped backoff. It logs
-// the start and the end of the pause once each and reports false when ctx
-// ends first.
-func (c *Consumer) pause(ctx context.Context, cause error) bool {
+// and the retry connection both ready, checked after each delay of b. It
+// logs the start and the end of the pause once each and reports false when
+// ctx ends first.
+func (c *Consumer) pause(ctx context.Context, cause error, b *backoff) bool {
 	since := time.Now()
 	c.setReady(fmt.Errorf("%w: %w (since %s)", ErrPaused, cause, since.UTC().Format(time.RFC3339)))
 	c.metrics.paused.Set(1)
 	defer c.metrics.paused.Set(0)
 	c.logger.WarnContext(ctx, "amqp consumer paused: a dependency is unavailable; its deliveries stay in the queue",
 		slog.Any("error", cause))
-	b := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	for {
 		if sleep(ctx, nil, b.next()) != nil {
 			return false
@@ -292,9 +290,11 @@ func (c *Consumer) pause(ctx context.Context, cause error) bool {
 // it cancels the subscription, lets in-flight handlers finish and settles
 // them (bounded by ShutdownTimeout), and closes its channels; unstarted
 // prefetched deliveries go back to the queue. After a lost channel or
-// connection, or a cancel from the broker (queue deleted), it subscribes
-// again with backoff. It returns an error only when the Connection is closed
-// or Run is already running.
+// connection it subscribes again with backoff; after a cancel from the
+// broker or a missing queue it declares the topology and subscribes again at
+// once; while a dependency is unavailable it pauses (see Consumer). It
+// returns an error only when the Connection is closed or Run is already
+// running.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("amqp consumer %s: already running", c.cfg.Name)
@@ -306,6 +306,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer release()
 
 	b := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	// pb spaces the checks of a pause; it starts over only once a delivery
+	// was acked since the last pause, so a dependency that fails again at
+	// once is checked less and less often.
+	pb := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	acked := c.acked.Load()
 	repaired := false // the last session failed on a missing queue, declared again
 	for {
 		subscribed, err := c.session(ctx, hctx)
@@ -322,7 +327,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		var pe *pauseError
 		switch {
 		case errors.As(err, &pe):
-			if !c.pause(ctx, pe.cause) {
+			if now := c.acked.Load(); now != acked {
+				pb, acked = newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff), now
+			}
+			if !c.pause(ctx, pe.cause, pb) {
 				return nil
 			}
 			continue
@@ -468,6 +476,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	switch {
 	case err == nil:
 		c.metrics.processed.Inc()
+		c.acked.Add(1)
 		settle(log, "ack", d.Ack(false))
 	case errors.Is(err, ErrUnavailable):
 		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))

@@ -276,7 +276,11 @@ func TestConsumerRecreatesADeletedQueue(t *testing.T) {
 	eventually(t, 10*time.Second, "first message", func() bool { return rec.count(nil) == 1 })
 
 	raw := rawChannel(t)
-	for _, q := range topo.QueueNames()[1:] { // all but the unroutable queue
+	// All but the unroutable queue, the consumed queue last: its deletion
+	// cancels the subscription, which makes the consumer declare them all.
+	queues := topo.QueueNames()[1:]
+	slices.Reverse(queues)
+	for _, q := range queues {
 		if _, err := raw.QueueDelete(q, false, false, false); err != nil {
 			t.Fatal(err)
 		}
@@ -292,6 +296,33 @@ func TestConsumerRecreatesADeletedQueue(t *testing.T) {
 	eventually(t, 10*time.Second, "the consumer ready again", func() bool { return c.Ready() == nil })
 	publishAll(t, conn, topo.Exchange, messages(1, "second"))
 	eventually(t, 10*time.Second, "message after re-subscribe", func() bool { return rec.ids()["second-0"] == 1 })
+}
+
+// The queue is missing when the consumer subscribes (404 NOT_FOUND): the
+// consumer declares it instead of failing in a loop, and is ready only once
+// it is subscribed.
+func TestConsumerDeclaresAQueueMissingAtSubscribe(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTestOptions(t, topo, Options{RedeclareInterval: -1})
+	if _, err := rawChannel(t).QueueDelete(topo.Queues[0].Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	c, err := NewConsumer(conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ready() == nil {
+		t.Fatal("Ready() = nil before Run subscribed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, 10*time.Second, "the consumer subscribed", func() bool { return c.Ready() == nil })
+	publishAll(t, conn, topo.Exchange, messages(1, "declared"))
+	eventually(t, 10*time.Second, "the message", func() bool { return rec.ids()["declared-0"] == 1 })
 }
 
 // An operator deleted the exchange, which takes the bindings with it: the

@@ -282,28 +282,20 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 	// Wait for each message to be sent, then for its confirm, in order.
 	returns := p.returns
 	for i := range n {
-		var dc *amqp091.DeferredConfirmation
-		for dc == nil {
-			select {
-			case d, ok := <-sent:
-				if !ok {
-					return fail(i, p.closedErr(sendErr))
-				}
-				dc = d
-			case r, ok := <-returns:
-				if !ok {
-					returns = nil
-					continue
-				}
-				p.recordReturn(r)
-			case <-callCtx.Done():
-				return fail(i, ended(ErrConfirmTimeout))
-			}
-		}
+		var (
+			dc        *amqp091.DeferredConfirmation
+			next      = sent          // nil once message i is sent
+			confirmed <-chan struct{} // nil until then
+		)
 	wait:
 		for {
 			select {
-			case <-dc.Done():
+			case d, ok := <-next:
+				if !ok {
+					return fail(i, p.closedErr(sendErr))
+				}
+				dc, next, confirmed = d, nil, d.Done()
+			case <-confirmed:
 				break wait
 			case r, ok := <-returns:
 				if !ok {
