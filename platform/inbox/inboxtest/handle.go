@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 
@@ -128,6 +129,57 @@ func testEventConflict(t *testing.T, s *suite) {
 	}
 	if got := metric(t, reg, "inbox_conflicts_total"); got != 1 {
 		t.Errorf("inbox_conflicts_total = %v, want 1", got)
+	}
+}
+
+// testConcurrentConflict processes events at once with a copy and a conflicting copy
+// of an event processed before and of one among them (in a group, with group commit).
+func testConcurrentConflict(t *testing.T, s *suite) {
+	reg := prometheus.NewRegistry()
+	ib := s.inbox("c", reg)
+	ib.Register(contracts.EventOrderPlaced, effect(1))
+	old := envelope(t)
+	if _, err := ib.Process(s.ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	envs := make([]contracts.Envelope, 16)
+	for n := range envs {
+		envs[n] = envelope(t)
+	}
+	changed := func(env contracts.Envelope) contracts.Envelope {
+		env.CorrelationID = "another content"
+		return env
+	}
+	// A copy of old, a changed copy of old, and a changed copy of envs[0].
+	all := append(append([]contracts.Envelope{}, envs...), old, changed(old), changed(envs[0]))
+	errs := make([]error, len(all))
+	dups := make([]bool, len(all))
+	var wg sync.WaitGroup
+	for n := range all {
+		wg.Go(func() { dups[n], errs[n] = ib.Process(s.ctx, all[n]) })
+	}
+	wg.Wait()
+	conflicts, duplicates := 0, 0
+	for n, err := range errs {
+		switch {
+		case errors.Is(err, inbox.ErrConflict):
+			conflicts++
+		case err != nil:
+			t.Errorf("event %d: %v", n, err)
+		case dups[n]:
+			duplicates++
+		}
+	}
+	// Of envs[0] and its changed copy, whichever commits first is applied; the other
+	// is a conflict. The copy of old is a duplicate, its changed copy a conflict.
+	if conflicts != 2 || duplicates != 1 {
+		t.Errorf("conflicts = %d, duplicates = %d; want 2, 1", conflicts, duplicates)
+	}
+	if got := s.count(t, `SELECT count(*) FROM inboxtest_effect`); got != len(envs)+1 {
+		t.Errorf("effects = %d, want %d", got, len(envs)+1)
+	}
+	if got := metric(t, reg, "inbox_conflicts_total"); got != 2 {
+		t.Errorf("inbox_conflicts_total = %v, want 2", got)
 	}
 }
 

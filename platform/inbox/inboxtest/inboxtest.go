@@ -54,6 +54,7 @@ func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 		{"UnprocessableEventTouchesNothing", testUnprocessable},
 		{"PurgeDeletesOnlyOldKeysOfTheConsumer", testPurge},
 		{"SameEventIDOtherContentIsAConflict", testEventConflict},
+		{"ConflictsAndDuplicatesAmongConcurrentEvents", testConcurrentConflict},
 		{"HandleModes", testModes},
 		{"HandleContentCheck", testContentCheck},
 		{"HandleJoinsTheCallersTransaction", testJoin},
