@@ -118,7 +118,7 @@ func (e *env) growConsumer(ctx context.Context) error {
 			perMillion = float64(before) / float64(rows) * 1e6 / (1 << 20)
 			e.results.set("processed_event_uuid_mib_per_1m", perMillion,
 				fmt.Sprintf("the same %d keys in the uuid event_id layout of before the text message_key, scaled to 1M", rows))
-			e.progress("   %-28s %10.1f MiB", "processed_event_uuid_mib_per_1m", perMillion)
+			e.progress("   %-28s %7.1f MiB", "processed_event_uuid_mib_per_1m", perMillion)
 		}
 		amqpURL, err := e.vhostURL(fmt.Sprintf("growth-consumer-%d", i))
 		if err != nil {
