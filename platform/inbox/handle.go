@@ -80,8 +80,8 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("inbox %s: key %q: %v (stored sha256 %x, this message %x)",
-		e.Consumer, e.Key, ErrConflict, e.Stored, e.Got)
+	// Handle wraps it with the consumer and the key.
+	return fmt.Sprintf("%v (stored sha256 %x, this message %x)", ErrConflict, e.Stored, e.Got)
 }
 
 // Unwrap returns ErrConflict.
