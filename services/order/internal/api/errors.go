@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/services/order/internal/order"
-	"example.com/shop/services/order/internal/store"
 )
 
 // writeError is the one place that turns an error into a response. Domain
@@ -21,13 +21,14 @@ import (
 //   - *order.FieldError: 422 naming the field;
 //   - order.ErrNotFound: 404;
 //   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled): 409;
-//   - store.ErrIdempotencyKeyReused: 422 naming the Idempotency-Key header;
+//   - inbox.ErrConflict (an Idempotency-Key used with another request): 422
+//     naming the Idempotency-Key header;
 //   - a cancelled request context: 503 (the client has usually gone);
 //   - the database unavailable (pg.Unavailable: refused or dropped
 //     connections, a terminated session, no answer within DatabaseTimeout):
 //     503 with Retry-After, logged at WARN; the request changed nothing
-//     unless its transaction had committed, and repeating it is safe
-//     (a place or cancel that did commit answers 409 the second time).
+//     unless its transaction had committed, and repeating it with its
+//     Idempotency-Key is safe (it then gets the first answer).
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var fe *order.FieldError
 	switch {
@@ -43,9 +44,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order is already cancelled"))
 	case errors.Is(err, order.ErrInvalidTransition):
 		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order's status does not allow this"))
-	case errors.Is(err, store.ErrIdempotencyKeyReused):
+	case errors.Is(err, inbox.ErrConflict):
 		p := httpx.NewProblem(http.StatusUnprocessableEntity,
-			"this Idempotency-Key was already used with a different request")
+			"this Idempotency-Key was already used with a different request (another body, route or order)")
 		p.Field = headerIdempotencyKey
 		httpx.WriteProblem(w, r, p)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
