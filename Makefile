@@ -3,18 +3,18 @@
 # 127.0.0.1:5672 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./e2e/...
-MODULES   := contracts platform services/order services/stock services/shipping e2e
-BINARIES  := order stock shipping
+PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
+MODULES   := contracts platform services/order services/stock services/shipping services/auditor e2e
+BINARIES  := order stock shipping auditor
 
 .PHONY: all build test unit e2e lint demo bench up down clean tidy
 
 all: lint test
 
-## build: compile bin/order, bin/stock and bin/shipping
+## build: compile bin/order, bin/stock, bin/shipping and bin/auditor
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping
+	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping ./services/auditor/cmd/auditor
 
 ## test: lint, then every unit, integration and end-to-end test with the race detector
 test: lint build
@@ -22,7 +22,7 @@ test: lint build
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GO) test -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/...
+	$(GO) test -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
 
 ## e2e: the end-to-end suite on the real binaries
 e2e: build
