@@ -5,9 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"io/fs"
-	"os"
-	"path"
 	"testing"
 	"time"
 
@@ -15,29 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/auditor/internal/store"
+	"example.com/shop/services/auditor/internal/store/storetest"
 )
-
-// sqlFiles is a service's migrations folder read from the repository, showing only its
-// .sql files: the auditor's tests run on the very schema the services migrate to, without
-// importing another service.
-type sqlFiles struct{ fs.FS }
-
-func (s sqlFiles) ReadDir(name string) ([]fs.DirEntry, error) {
-	all, err := fs.ReadDir(s.FS, name)
-	var out []fs.DirEntry
-	for _, e := range all {
-		if path.Ext(e.Name()) == ".sql" {
-			out = append(out, e)
-		}
-	}
-	return out, err
-}
-
-func migrations(service string) fs.FS {
-	return sqlFiles{os.DirFS("../../../" + service + "/migrations")}
-}
 
 // world is one order database and the two consumers' databases, migrated.
 type world struct {
@@ -47,10 +24,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{}
-	w.order, _ = testkit.NewDatabase(t, migrations("order"))
-	w.stock, _ = testkit.NewDatabase(t, migrations("stock"))
-	w.shipping, _ = testkit.NewDatabase(t, migrations("shipping"))
+	o, st, sh := storetest.New(t)
+	w := &world{order: o.Pool, stock: st.Pool, shipping: sh.Pool}
 	w.st = store.New(w.order, map[string]*pgxpool.Pool{contracts.ConsumerStock: w.stock, contracts.ConsumerShipping: w.shipping})
 	return w
 }
