@@ -33,9 +33,9 @@ lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## demo: run the whole system on real input and print what happened
+## demo: run the whole system on real input and print what happened (KEEP=1 keeps it and the live page running)
 demo: build
-	$(GO) run ./e2e/cmd/demo
+	$(GO) run ./e2e/cmd/demo $(if $(KEEP),-keep)
 
 ## bench: throughput and latency benchmarks; writes bench/out/latest.json
 bench: build

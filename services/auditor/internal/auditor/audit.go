@@ -96,6 +96,7 @@ type Audit struct {
 	lag         prometheus.Gauge
 	audited     prometheus.Counter
 	failures    prometheus.Counter
+	duration    prometheus.Histogram
 
 	mu       sync.Mutex
 	cursor   uuid.UUID // last id the forward pass checked
@@ -105,8 +106,8 @@ type Audit struct {
 }
 
 // New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
-// delivery_audit_lag_seconds, delivery_audited_events_total and
-// delivery_audit_failures_total. Zero PageSize and PagesPerCycle take their defaults.
+// delivery_audit_lag_seconds, delivery_audited_events_total,
+// delivery_audit_failures_total and delivery_audit_cycle_seconds. Zero PageSize and PagesPerCycle take their defaults.
 func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Audit, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
@@ -135,9 +136,14 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 			Name: "delivery_audit_failures_total",
 			Help: "Audit cycles that failed (a database did not answer); the next cycle resumes where it stopped.",
 		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delivery_audit_cycle_seconds",
+			Help:    "Time one audit cycle takes, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
 		findings: map[uuid.UUID]*Finding{},
 	}
-	for _, c := range []prometheus.Collector{a.unaccounted, a.lag, a.audited, a.failures} {
+	for _, c := range []prometheus.Collector{a.unaccounted, a.lag, a.audited, a.failures, a.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("audit metrics: %w", err)
 		}
@@ -172,6 +178,7 @@ func (a *Audit) Run(ctx context.Context) error {
 func (a *Audit) Cycle(ctx context.Context) error {
 	now := a.now()
 	err := a.cycle(ctx, now)
+	a.duration.Observe(a.now().Sub(now).Seconds())
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.report.Cycles++

@@ -143,6 +143,7 @@ function drawJourney(j) {
 
 async function openJourney(id) {
   selected = id;
+  history.replaceState(null, "", "#order=" + id);
   for (const tr of document.querySelectorAll("#board tbody tr")) tr.classList.toggle("selected", tr.dataset.orderId === id);
   await refreshJourney();
 }
@@ -155,6 +156,7 @@ async function refreshJourney() {
 
 document.getElementById("close").addEventListener("click", () => {
   selected = null;
+  history.replaceState(null, "", location.pathname);
   document.getElementById("journey").hidden = true;
 });
 
@@ -171,4 +173,6 @@ async function tick() {
     setTimeout(tick, 1000);
   }
 }
+// A link to /#order=<id> opens that order's journey.
+if (location.hash.startsWith("#order=")) selected = location.hash.slice("#order=".length);
 tick();
