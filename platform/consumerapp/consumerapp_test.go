@@ -81,14 +81,15 @@ func sampleSpec(t testing.TB) consumerapp.Spec {
 	}
 }
 
-// sampleMigrations are the processed_event migration of package inbox's tests (its one
-// copy) and testdata/00002_seen.sql.
+// sampleMigrations are the processed_event migrations of package inbox's tests (their
+// one copy) and testdata/00002_seen.sql.
 func sampleMigrations(t testing.TB) fs.FS {
 	t.Helper()
 	fsys := fstest.MapFS{}
 	for name, path := range map[string]string{
-		"00001_processed_event.sql": "../inbox/testdata/migrations/00001_processed_event.sql",
-		"00002_seen.sql":            "testdata/00002_seen.sql",
+		"00001_processed_event.sql":             "../inbox/testdata/migrations/00001_processed_event.sql",
+		"00002_seen.sql":                        "testdata/00002_seen.sql",
+		"00010_processed_event_message_key.sql": "../inbox/testdata/migrations/00010_processed_event_message_key.sql",
 	} {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -176,7 +177,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	if got := out.String(); !strings.Contains(got, "applied 00001 ") || !strings.Contains(got, "applied 00002 ") ||
-		!strings.Contains(got, "sample database is up to date (2 migrations applied now)") {
+		!strings.Contains(got, "sample database is up to date (3 migrations applied now)") {
 		t.Errorf("first migrate said %q", got)
 	}
 	out.Reset()
@@ -200,7 +201,7 @@ func TestPurgeInbox(t *testing.T) {
 	pool, dbURL := testkit.NewDatabase(t, spec.Migrations)
 	ctx := testkit.Context(t)
 	// Two old keys and one recent key of sample, one old key of another consumer.
-	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, event_id, processed_at) VALUES
+	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
 		('sample', $1, now() - interval '300 hours'),
 		('sample', $2, now() - interval '200 hours'),
 		('sample', $3, now() - interval '1 hour'),

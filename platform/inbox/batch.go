@@ -1,16 +1,17 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/pg"
@@ -24,15 +25,16 @@ type Option func(*Inbox)
 // maxTx such transactions run at once; an event waits for a free one rather than
 // opening its own. Values below 1 are taken as 1; maxBatch 1 turns grouping off.
 //
-// Each event still follows DESIGN.md rule 3: its key and its handlers' effects are in
+// Each event still follows docs/architecture.md rule 3: its key and its handlers' effects are in
 // the same transaction, and Process returns only after that transaction committed.
-// Within a group, keys are inserted in event_id order (so groups never deadlock on each
+// Within a group, keys are inserted in key order (so groups never deadlock on each
 // other's keys), then the handlers of each new event run. When a handler fails, the
 // group is rolled back: that event gets the handler's error (and is retried by the
 // runtime), the others are processed again, each in a transaction of its own. Any
 // other failure of the group (a deadlock or serialization failure, even one a handler
-// reported, a lost connection) has them all processed again one by one. A copy of an event that appears twice in one group is a duplicate
-// of the first.
+// reported, a lost connection) has them all processed again one by one. A copy of an
+// event that appears twice in one group is a duplicate of the first (or a conflict,
+// when its content differs). Counters and content checks are those of Consumer.Handle.
 //
 // Group commit pays off when many deliveries are handled at once (consumer workers well
 // above maxTx) and the disk's flush dominates the cost of an event.
@@ -61,6 +63,7 @@ type batcher struct {
 
 type request struct {
 	env      contracts.Envelope
+	msg      Message
 	handlers []Handler
 	done     chan struct{} // closed when dup and err are set
 	lead     chan struct{} // receives the lead (buffered 1)
@@ -83,8 +86,8 @@ func (r *request) finished() bool {
 	}
 }
 
-func (b *batcher) submit(ctx context.Context, env contracts.Envelope, handlers []Handler) (bool, error) {
-	r := &request{env: env, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+func (b *batcher) submit(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (bool, error) {
+	r := &request{env: env, msg: m, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	lead := b.leaders < b.maxTx
@@ -158,40 +161,64 @@ var errGroupFailed = errors.New("group member failed")
 // request when the group fails.
 func (b *batcher) commit(ctx context.Context, group []*request) {
 	i := b.inbox
+	c := i.consumer
 	if len(group) == 1 {
 		r := group[0]
-		r.finish(i.processOne(ctx, r.env, r.handlers))
+		r.finish(i.processOne(ctx, r.env, r.msg, r.handlers))
 		return
 	}
-	ids := make([]uuid.UUID, 0, len(group))
+	// One key and content hash per distinct key, in key order: the first copy's.
+	sums := make(map[string][]byte, len(group))
+	keys := make([]string, 0, len(group))
 	for _, r := range group {
-		ids = append(ids, r.env.EventID)
+		if _, ok := sums[r.msg.Key]; !ok {
+			s := sha256.Sum256(r.msg.Content)
+			sums[r.msg.Key] = s[:]
+			keys = append(keys, r.msg.Key)
+		}
 	}
-	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
-	ids = slices.Compact(ids)
+	slices.Sort(keys)
+	hashes := make([][]byte, len(keys))
+	for n, k := range keys {
+		hashes[n] = sums[k]
+	}
 
-	dup := make([]bool, len(group))
+	outcome := make([]error, len(group)) // per member: nil, errDup or a *ConflictError
 	failed, failedErr := -1, error(nil)
-	start := time.Now()
+	timer := prometheus.NewTimer(c.metrics.duration)
 	err := pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, insertKeys, i.consumer, ids)
+		rows, err := tx.Query(ctx, insertKeys, c.name, keys, hashes)
 		if err != nil {
 			return fmt.Errorf("record keys: %w", err)
 		}
-		inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return fmt.Errorf("record keys: %w", err)
 		}
-		fresh := make(map[uuid.UUID]bool, len(inserted))
-		for _, id := range inserted {
-			fresh[id] = true
+		fresh := make(map[string]bool, len(inserted))
+		for _, k := range inserted {
+			fresh[k] = true
+		}
+		stored, err := storedHashes(ctx, tx, c.name, keys, fresh)
+		if err != nil {
+			return err
 		}
 		for n, r := range group {
-			if !fresh[r.env.EventID] {
-				dup[n] = true
+			sum := sha256.Sum256(r.msg.Content)
+			if !fresh[r.msg.Key] {
+				// A key stored before, or by an earlier copy in this group.
+				prev, ok := stored[r.msg.Key]
+				if !ok {
+					prev = sums[r.msg.Key]
+				}
+				if prev != nil && !bytes.Equal(prev, sum[:]) {
+					outcome[n] = c.conflict(ctx, r.msg.Key, prev, sum[:])
+				} else {
+					outcome[n] = errDup
+				}
 				continue
 			}
-			delete(fresh, r.env.EventID) // a later copy in this group is a duplicate
+			delete(fresh, r.msg.Key) // a later copy in this group is a duplicate
 			if err := runHandlers(ctx, tx, r.env, r.handlers); err != nil {
 				if isContention(err) {
 					return err // the group's own conflict: every member is redone alone
@@ -202,20 +229,68 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		}
 		return nil
 	})
-	elapsed := time.Since(start)
+	timer.ObserveDuration()
 	if err == nil {
 		for n, r := range group {
-			r.finish(i.record(r.env, dup[n], nil, elapsed))
+			r.finish(i.record(r.msg.Key, outcome[n]))
 		}
 		return
 	}
 	for n, r := range group {
 		if n == failed && errors.Is(err, errGroupFailed) {
-			r.finish(i.record(r.env, false, failedErr, elapsed))
+			r.finish(i.record(r.msg.Key, failedErr))
 			continue
 		}
-		r.finish(i.processOne(ctx, r.env, r.handlers))
+		r.finish(i.processOne(ctx, r.env, r.msg, r.handlers))
 	}
+}
+
+// errDup marks a duplicate member of a committed group.
+var errDup = errors.New("duplicate")
+
+// record counts the outcome of one member of a group and returns it as Process
+// does: errDup is a duplicate, anything else an error wrapped with the key.
+func (i *Inbox) record(key string, err error) (bool, error) {
+	dup := errors.Is(err, errDup)
+	if dup {
+		err = nil
+	}
+	i.consumer.count(Outcome{Duplicate: dup}, err)
+	if err != nil {
+		return false, fmt.Errorf("inbox %s: key %q: %w", i.consumer.name, key, err)
+	}
+	return dup, nil
+}
+
+// storedHashes returns the content hashes stored for the keys that are not fresh
+// (nil for a key stored without one).
+func storedHashes(ctx context.Context, tx pgx.Tx, consumer string, keys []string, fresh map[string]bool) (map[string][]byte, error) {
+	old := make([]string, 0, len(keys)-len(fresh))
+	for _, k := range keys {
+		if !fresh[k] {
+			old = append(old, k)
+		}
+	}
+	stored := make(map[string][]byte, len(old))
+	if len(old) == 0 {
+		return stored, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT message_key, payload_sha256 FROM processed_event WHERE consumer = $1 AND message_key = ANY($2)`, consumer, old)
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	var (
+		k   string
+		sum []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k, &sum}, func() error {
+		stored[k] = slices.Clone(sum)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	return stored, nil
 }
 
 // isContention reports whether err is PostgreSQL giving up on the transaction
@@ -228,9 +303,9 @@ func isContention(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
-// insertKeys is insertKey for a group: sorted ids, so that concurrent groups take the
-// key locks in one order and cannot deadlock on them.
-const insertKeys = `INSERT INTO processed_event (consumer, event_id, processed_at)
-SELECT $1, id, now() FROM unnest($2::uuid[]) AS id ORDER BY id
+// insertKeys is insertKey for a group: keys in order, so that concurrent groups take
+// the key locks in one order and cannot deadlock on them.
+const insertKeys = `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at)
+SELECT $1, k, s, now() FROM unnest($2::text[], $3::bytea[]) AS t(k, s) ORDER BY k
 ON CONFLICT DO NOTHING
-RETURNING event_id`
+RETURNING message_key`

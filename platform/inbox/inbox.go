@@ -1,14 +1,24 @@
-// Package inbox makes event consumers idempotent: it records each event's id in the
-// processed_event table in the same PostgreSQL transaction as the effects of the
-// event's handlers, so a redelivered event is recognised and skipped (DESIGN.md rule 3).
+// Package inbox makes message consumers idempotent: it records each message's key in
+// the processed_event table in the same PostgreSQL transaction as the message's
+// effect, so a redelivered message is recognised and not applied again, and a failed
+// one is processed again (docs/architecture.md rule 3).
 //
-// The table it writes is owned by each service's migrations:
+// Consumer.Handle (or the function Handle) is the whole library for any broker or
+// HTTP handler: one call, one transaction, with the modes Skip, Fail and
+// ReturnStored and a content check. Package msgkey reads keys from CloudEvents, AMQP
+// and HTTP messages. Inbox builds on it for this project's event envelopes: it
+// decodes AMQP deliveries, runs the handlers registered per event name and can
+// group commits.
+//
+// The table is owned by each service's migrations:
 //
 //	CREATE TABLE processed_event (
-//	    consumer     text        NOT NULL,
-//	    event_id     uuid        NOT NULL,
-//	    processed_at timestamptz NOT NULL DEFAULT now(),
-//	    PRIMARY KEY (consumer, event_id)
+//	    consumer       text        NOT NULL,
+//	    message_key    text        NOT NULL,  -- at most 255 bytes (msgkey.MaxLen)
+//	    payload_sha256 bytea,                 -- NULL: content unknown, never a conflict
+//	    result         jsonb,                 -- mode ReturnStored
+//	    processed_at   timestamptz NOT NULL DEFAULT now(),
+//	    PRIMARY KEY (consumer, message_key)
 //	);
 //	CREATE INDEX processed_event_processed_at_idx ON processed_event (processed_at);
 //
@@ -17,11 +27,11 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -30,7 +40,6 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/logging"
-	"example.com/shop/platform/pg"
 )
 
 // Handler applies the effect of one event inside tx, the transaction that also holds
@@ -41,7 +50,8 @@ import (
 type Handler func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error
 
 // Errors returned by Process before any transaction is opened. An event that fails with
-// one of them can never succeed, and HandleDelivery dead-letters it at once.
+// one of them can never succeed (Permanent reports them), and HandleDelivery
+// dead-letters it at once.
 var (
 	// ErrNoEventID means the envelope's event_id is the nil UUID.
 	ErrNoEventID = errors.New("event has no event_id")
@@ -49,34 +59,30 @@ var (
 	ErrNoHandler = errors.New("no handler registered for the event")
 )
 
-// Inbox runs the handlers of one consumer exactly once per event_id. Register every
+// Inbox runs the handlers of one consumer exactly once per event. Its key is the
+// envelope's event_id in canonical lower-case text (msgkey.EventID), its content the
+// envelope re-encoded as compact JSON, so a copy of the event with the same event_id
+// and another content is a conflict (dead-lettered), never applied. Register every
 // Handler before the first call to Process or HandleDelivery; after that an Inbox is
-// safe for concurrent use, and concurrent calls for the same event_id serialise on
-// the processed_event primary key.
+// safe for concurrent use, and concurrent calls for the same event serialise on the
+// processed_event primary key.
 type Inbox struct {
 	pool      *pgxpool.Pool
-	consumer  string
+	consumer  *Consumer
 	validator *contracts.Validator
 	logger    *slog.Logger
-	metrics   *metrics
 	batch     *batcher // nil: one transaction per event
 
 	mu       sync.RWMutex
 	handlers map[string][]Handler
 }
 
-// New returns an Inbox that records keys as consumer (for example "stock") in the
-// processed_event table of pool's database, decodes deliveries with v, logs to logger
-// (nil discards) and registers its metrics on reg (nil registers nothing):
-//
-//	inbox_processed_total{consumer}            events whose handlers committed
-//	inbox_duplicates_total{consumer}           events skipped because their key existed
-//	inbox_failures_total{consumer,reason}      reason "invalid" (dead-lettered at once) or "error" (retried)
-//	inbox_handler_duration_seconds{consumer}   time of the whole transaction, in seconds
-//
-// Several Inboxes may share one registry; the collectors are then shared too. A
-// registry that holds other collectors under these names is logged as an error and the
-// Inbox then counts without exporting.
+// New returns an Inbox that records keys as consumer (for example "stock") in mode
+// Skip in the processed_event table of pool's database, decodes deliveries with v,
+// logs to logger (nil discards) and registers the counters NewConsumer lists on reg
+// (nil registers nothing). Several Inboxes may share one registry; the collectors
+// are then shared too. A registry that holds other collectors under these names is
+// logged as an error and the Inbox then counts without exporting.
 //
 // Options change how events are committed; see WithGroupCommit.
 func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *slog.Logger, reg prometheus.Registerer, opts ...Option) *Inbox {
@@ -85,10 +91,9 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 	}
 	i := &Inbox{
 		pool:      pool,
-		consumer:  consumer,
+		consumer:  NewConsumer(Config{Name: consumer, Logger: logger, Registerer: reg}),
 		validator: v,
 		logger:    logger.With("consumer", consumer),
-		metrics:   newMetrics(reg, consumer, logger),
 		handlers:  make(map[string][]Handler),
 	}
 	for _, opt := range opts {
@@ -98,7 +103,7 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 }
 
 // Consumer returns the consumer name the Inbox records its keys under.
-func (i *Inbox) Consumer() string { return i.consumer }
+func (i *Inbox) Consumer() string { return i.consumer.name }
 
 // Register adds h to the handlers of eventName. Handlers of one event run in the order
 // they were registered, all in one transaction. Register panics on a nil h, a
@@ -118,55 +123,51 @@ func (i *Inbox) handlersFor(eventName string) []Handler {
 	return i.handlers[eventName]
 }
 
-// insertKey is the whole deduplication: the insert either adds the key (the event is
-// new) or does nothing (it was processed before). A concurrent transaction holding the
-// same key makes it wait until that one commits (then nothing is inserted) or rolls
-// back (then this one inserts). It never raises a unique violation, which would abort
-// the transaction (SQLSTATE 25P02) and is therefore never caught.
-const insertKey = `INSERT INTO processed_event (consumer, event_id, processed_at)
-VALUES ($1, $2, now())
-ON CONFLICT DO NOTHING`
+// message is the inbox Message of env: its event_id as text, its compact JSON as
+// content.
+func message(env contracts.Envelope) (Message, error) {
+	content, err := json.Marshal(env)
+	if err != nil {
+		return Message{}, fmt.Errorf("encode envelope: %w", err)
+	}
+	return Message{Key: env.EventID.String(), Content: content}, nil
+}
 
-// Process handles env once for this consumer (DESIGN.md rule 3). In one READ COMMITTED
-// transaction it inserts the key (consumer, env.EventID) into processed_event; when the
-// key already exists it commits nothing else and returns duplicate = true without
-// running any handler. Otherwise it runs every Handler registered for env.EventName in
-// the same transaction and commits.
+// Process handles env once for this consumer (docs/architecture.md rule 3) through
+// Consumer.Handle: in one READ COMMITTED transaction it inserts the key (consumer,
+// env.EventID) into processed_event; when the key already exists it commits nothing
+// else and returns duplicate = true without running any handler. Otherwise it runs
+// every Handler registered for env.EventName in the same transaction and commits.
 //
 // It returns ErrNoEventID or ErrNoHandler (wrapped) without touching the database when
-// env cannot be processed at all, and the handler's or the database's error (wrapped)
-// when the transaction rolled back; the key is then gone with the effect and a later
-// delivery processes env again.
+// env cannot be processed at all, a *ConflictError when the event_id was processed
+// with another content, and the handler's or the database's error (wrapped) when the
+// transaction rolled back; the key is then gone with the effect and a later delivery
+// processes env again.
 func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate bool, err error) {
 	if env.EventID == uuid.Nil {
-		return false, fmt.Errorf("inbox %s: %s: %w", i.consumer, env.EventName, ErrNoEventID)
+		return false, fmt.Errorf("inbox %s: %s: %w", i.consumer.name, env.EventName, ErrNoEventID)
 	}
 	handlers := i.handlersFor(env.EventName)
 	if len(handlers) == 0 {
-		return false, fmt.Errorf("inbox %s: event %s (%s): %w", i.consumer, env.EventID, env.EventName, ErrNoHandler)
+		return false, fmt.Errorf("inbox %s: event %s (%s): %w", i.consumer.name, env.EventID, env.EventName, ErrNoHandler)
 	}
-
+	m, err := message(env)
+	if err != nil {
+		return false, fmt.Errorf("inbox %s: event %s: %w", i.consumer.name, env.EventID, err)
+	}
 	if i.batch != nil {
-		return i.batch.submit(ctx, env, handlers)
+		return i.batch.submit(ctx, env, m, handlers)
 	}
-	return i.processOne(ctx, env, handlers)
+	return i.processOne(ctx, env, m, handlers)
 }
 
 // processOne handles env in a transaction of its own.
-func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, handlers []Handler) (duplicate bool, err error) {
-	start := time.Now()
-	err = pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, insertKey, i.consumer, env.EventID)
-		if err != nil {
-			return fmt.Errorf("record key: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			duplicate = true
-			return nil
-		}
-		return runHandlers(ctx, tx, env, handlers)
+func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (duplicate bool, err error) {
+	out, err := i.consumer.Handle(ctx, i.pool, m, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return nil, runHandlers(ctx, tx, env, handlers)
 	})
-	return i.record(env, duplicate, err, time.Since(start))
+	return out.Duplicate, err
 }
 
 // runHandlers runs every handler of env in tx, stopping at the first error.
@@ -179,22 +180,6 @@ func runHandlers(ctx context.Context, tx pgx.Tx, env contracts.Envelope, handler
 	return nil
 }
 
-// record counts the outcome of one event whose transaction took d and returns it, the
-// error wrapped with the consumer and event id.
-func (i *Inbox) record(env contracts.Envelope, duplicate bool, err error, d time.Duration) (bool, error) {
-	i.metrics.duration.Observe(d.Seconds())
-	switch {
-	case err != nil:
-		i.metrics.failed.Inc()
-		return false, fmt.Errorf("inbox %s: event %s: %w", i.consumer, env.EventID, err)
-	case duplicate:
-		i.metrics.duplicates.Inc()
-	default:
-		i.metrics.processed.Inc()
-	}
-	return duplicate, nil
-}
-
 // eventLogger returns the Inbox's logger with the event's id and correlation id.
 func (i *Inbox) eventLogger(env contracts.Envelope) *slog.Logger {
 	return logging.WithEvent(i.logger, env.EventID.String(), env.CorrelationID)
@@ -203,6 +188,7 @@ func (i *Inbox) eventLogger(env contracts.Envelope) *slog.Logger {
 type metrics struct {
 	processed  prometheus.Counter
 	duplicates prometheus.Counter
+	conflicts  prometheus.Counter
 	failed     prometheus.Counter
 	invalid    prometheus.Counter
 	duration   prometheus.Observer
@@ -211,15 +197,19 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger) *metrics {
 	processed := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_processed_total",
-		Help: "Events whose handlers ran and committed, per consumer.",
+		Help: "Messages whose effect ran and committed, per consumer.",
 	}, []string{"consumer"})
 	duplicates := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_duplicates_total",
-		Help: "Events skipped because their key was already in processed_event, per consumer.",
+		Help: "Messages not applied because their key was already in processed_event, per consumer.",
+	}, []string{"consumer"})
+	conflicts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "inbox_conflicts_total",
+		Help: "Messages refused because their key was processed with another content, per consumer.",
 	}, []string{"consumer"})
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_failures_total",
-		Help: `Events not processed, per consumer and reason: "invalid" (undecodable or unhandled, dead-lettered at once) or "error" (rolled back, retried).`,
+		Help: `Messages not processed, per consumer and reason: "invalid" (no key, undecodable or unhandled, dead-lettered at once) or "error" (rolled back, retried).`,
 	}, []string{"consumer", "reason"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "inbox_handler_duration_seconds",
@@ -229,12 +219,14 @@ func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger)
 	if reg != nil {
 		processed = register(reg, processed, logger)
 		duplicates = register(reg, duplicates, logger)
+		conflicts = register(reg, conflicts, logger)
 		failures = register(reg, failures, logger)
 		duration = register(reg, duration, logger)
 	}
 	return &metrics{
 		processed:  processed.WithLabelValues(consumer),
 		duplicates: duplicates.WithLabelValues(consumer),
+		conflicts:  conflicts.WithLabelValues(consumer),
 		failed:     failures.WithLabelValues(consumer, "error"),
 		invalid:    failures.WithLabelValues(consumer, "invalid"),
 		duration:   duration.WithLabelValues(consumer),

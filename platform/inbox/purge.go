@@ -17,16 +17,16 @@ const PurgeChunk = 5000
 // processed before $2, oldest first.
 const purgeChunk = `DELETE FROM processed_event p
 USING (
-    SELECT consumer, event_id FROM processed_event
+    SELECT consumer, message_key FROM processed_event
     WHERE ($1 = '' OR consumer = $1) AND processed_at < $2
     ORDER BY processed_at
     LIMIT $3
 ) old
-WHERE p.consumer = old.consumer AND p.event_id = old.event_id`
+WHERE p.consumer = old.consumer AND p.message_key = old.message_key`
 
 // Purge deletes the processed_event keys of consumer ("" for every consumer) that were
 // processed more than olderThan ago, measured against the database clock when Purge
-// starts (DESIGN.md rule 5). It deletes in chunks of PurgeChunk rows, each its own
+// starts (docs/architecture.md rule 5). It deletes in chunks of PurgeChunk rows, each its own
 // transaction, until none is left, and returns how many rows it deleted, also when it
 // fails part way (ctx ended or a database error, returned wrapped).
 //

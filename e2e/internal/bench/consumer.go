@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -126,9 +127,10 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	sum := sha256.Sum256(eventID[:]) // stands for the content hash the inbox stores
 	return pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, event_id, processed_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING`,
-			stockConsumer, eventID); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at) VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`,
+			stockConsumer, eventID.String(), sum[:]); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO order_status (order_id, status, version) VALUES ($1, 'placed', 2)`, uuid.New())

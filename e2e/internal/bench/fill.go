@@ -99,9 +99,9 @@ func fillProcessedEvents(ctx context.Context, pool *pgxpool.Pool, base time.Time
 	if n <= 0 {
 		return nil
 	}
-	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, event_id, processed_at)
-SELECT $3, `+uuidV7SQL+`, at
-FROM (SELECT $1::timestamptz + g * interval '1 millisecond' AS at FROM generate_series(1, $2::bigint) AS g) AS s`,
+	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at)
+SELECT $3, (`+uuidV7SQL+`)::text, sha256(g::text::bytea), at
+FROM (SELECT g, $1::timestamptz + g * interval '1 millisecond' AS at FROM generate_series(1, $2::bigint) AS g) AS s`,
 		base, n, stockConsumer)
 	if err != nil {
 		return fmt.Errorf("fill processed_event with %d rows: %w", n, err)

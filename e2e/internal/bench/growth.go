@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 )
@@ -109,6 +111,14 @@ func (e *env) growConsumer(ctx context.Context) error {
 			e.results.set("processed_event_mib_per_1m", perMillion,
 				fmt.Sprintf("pg_total_relation_size at %d rows, scaled to 1M", rows))
 			e.progress("   %-28s %10.1f MiB", "processed_event_mib_per_1m", perMillion)
+			before, err := uuidLayoutSize(ctx, pool)
+			if err != nil {
+				return err
+			}
+			perMillion = float64(before) / float64(rows) * 1e6 / (1 << 20)
+			e.results.set("processed_event_uuid_mib_per_1m", perMillion,
+				fmt.Sprintf("the same %d keys in the uuid event_id layout of before the text message_key, scaled to 1M", rows))
+			e.progress("   %-28s %10.1f MiB", "processed_event_uuid_mib_per_1m", perMillion)
 		}
 		amqpURL, err := e.vhostURL(fmt.Sprintf("growth-consumer-%d", i))
 		if err != nil {
@@ -126,4 +136,36 @@ func (e *env) growConsumer(ctx context.Context) error {
 		e.progress("   %-28s %10.0f events/s", name, rate)
 	}
 	return nil
+}
+
+// uuidLayoutSize copies the keys of processed_event into a table of the layout
+// it had before message_key became text (event_id uuid, no content hash, no
+// result), with the same primary key and processed_at index, and returns that
+// table's pg_total_relation_size in bytes, then drops it: the "before" of the
+// disk cost of text keys.
+func uuidLayoutSize(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	const table = "bench_processed_event_uuid"
+	for _, q := range []string{
+		`DROP TABLE IF EXISTS ` + table,
+		`CREATE TABLE ` + table + ` (
+    consumer     text        NOT NULL,
+    event_id     uuid        NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, event_id))`,
+		`INSERT INTO ` + table + ` SELECT consumer, message_key::uuid, processed_at FROM processed_event ORDER BY processed_at`,
+		`CREATE INDEX ON ` + table + ` (processed_at)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return 0, fmt.Errorf("uuid layout: %w", err)
+		}
+	}
+	if err := settle(ctx, pool, table); err != nil {
+		return 0, err
+	}
+	var size int64
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('`+table+`')`).Scan(&size); err != nil {
+		return 0, fmt.Errorf("uuid layout: %w", err)
+	}
+	_, err := pool.Exec(ctx, `DROP TABLE `+table)
+	return size, err
 }

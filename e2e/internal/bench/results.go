@@ -141,7 +141,9 @@ func specs(s Sizes) []spec {
 		}
 		out = append(out, sp)
 	}
-	out = append(out, spec{name: "processed_event_mib_per_1m", unit: "MiB"})
+	out = append(out,
+		spec{name: "processed_event_uuid_mib_per_1m", unit: "MiB"},
+		spec{name: "processed_event_mib_per_1m", unit: "MiB", baseline: "processed_event_uuid_mib_per_1m"})
 	return out
 }
 

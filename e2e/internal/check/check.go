@@ -343,7 +343,7 @@ func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shi
 
 // checkKeys compares a consumer's processed_event keys with the outbox events.
 func checkKeys(ctx context.Context, r *Report, name string, pool *pgxpool.Pool, events map[string]bool, count *int) error {
-	rows, err := pool.Query(ctx, `SELECT event_id::text FROM processed_event`)
+	rows, err := pool.Query(ctx, `SELECT message_key FROM processed_event`)
 	if err != nil {
 		return fmt.Errorf("read %s processed_event: %w", name, err)
 	}

@@ -30,9 +30,15 @@ const effectTable = `CREATE TABLE inboxtest_effect (
 
 // Run runs the inbox suite, each case in parallel on a fresh database migrated with
 // migrations (which must create processed_event as package inbox documents), with
-// every Inbox built with opts.
+// every Inbox built with opts. When migrations hold versions below KeyMigration (a
+// service that had the uuid processed_event of old), it also proves that keys written
+// by the old schema are still duplicates after the migration.
 func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 	t.Helper()
+	t.Run("OldKeysStayDuplicatesAfterTheMigration", func(t *testing.T) {
+		t.Parallel()
+		testOldKeys(t, migrations, opts)
+	})
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, s *suite)
@@ -47,6 +53,13 @@ func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 		{"ConsumersAreIndependent", testConsumers},
 		{"UnprocessableEventTouchesNothing", testUnprocessable},
 		{"PurgeDeletesOnlyOldKeysOfTheConsumer", testPurge},
+		{"SameEventIDOtherContentIsAConflict", testEventConflict},
+		{"ConflictsAndDuplicatesAmongConcurrentEvents", testConcurrentConflict},
+		{"HandleModes", testModes},
+		{"HandleContentCheck", testContentCheck},
+		{"HandleJoinsTheCallersTransaction", testJoin},
+		{"HandleWithoutKeyTouchesNothing", testNoKey},
+		{"HandleStoresLongKeysAsTheirHash", testLongKey},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,7 +120,7 @@ func (s *suite) count(t *testing.T, query string, args ...any) int {
 
 func (s *suite) keys(t *testing.T, consumer string, id uuid.UUID) int {
 	t.Helper()
-	return s.count(t, `SELECT count(*) FROM processed_event WHERE consumer = $1 AND event_id = $2`, consumer, id)
+	return s.count(t, `SELECT count(*) FROM processed_event WHERE consumer = $1 AND message_key = $2::text`, consumer, id.String())
 }
 
 func (s *suite) effects(t *testing.T, id uuid.UUID) int {
@@ -406,8 +419,8 @@ func testPurge(t *testing.T, s *suite) {
 	old := inbox.PurgeChunk + 7
 	seed := func(consumer string, n int, age string) {
 		t.Helper()
-		_, err := s.pool.Exec(s.ctx, `INSERT INTO processed_event (consumer, event_id, processed_at)
-SELECT $1, gen_random_uuid(), now() - $3::interval FROM generate_series(1, $2)`, consumer, n, age)
+		_, err := s.pool.Exec(s.ctx, `INSERT INTO processed_event (consumer, message_key, processed_at)
+SELECT $1, gen_random_uuid()::text, now() - $3::interval FROM generate_series(1, $2)`, consumer, n, age)
 		if err != nil {
 			t.Fatalf("seed: %v", err)
 		}

@@ -3,7 +3,7 @@
 //	order serve                            HTTP API on HTTP_ADDR (default :8081) with /healthz, /readyz, /metrics
 //	order relay                            publish the outbox to RabbitMQ (metrics on HTTP_ADDR, default :8084)
 //	order migrate                          create the database if missing and apply the embedded migrations
-//	order purge-outbox --older-than 168h   delete outbox rows published longer ago than the horizon
+//	order purge-outbox --older-than 168h   delete outbox rows published, and Idempotency-Keys used, longer ago than the horizon
 //
 // Configuration is read from the environment; see config.go and relay.go.
 package main

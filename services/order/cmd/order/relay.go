@@ -16,10 +16,12 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/services/order/internal/api"
 )
 
 // relayConfig is the configuration of `order relay`, read from the environment:
@@ -166,8 +168,10 @@ type purgeConfig struct {
 
 // runPurgeOutbox deletes the outbox rows published longer ago than the
 // horizon given by --older-than (a Go duration such as 168h, required,
-// > 0) and prints how many it deleted (DESIGN.md rule 5). Unpublished rows
-// are never deleted.
+// > 0), then the API's Idempotency-Keys (processed_event, consumer
+// api.IdempotencyConsumer) older than the same horizon, and prints how many of
+// each it deleted (docs/architecture.md rule 5). Unpublished rows are never
+// deleted.
 func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -204,5 +208,13 @@ func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	fmt.Fprintf(stdout, "purged %d outbox rows published more than %v ago\n", n, *olderThan)
+
+	// The API's Idempotency-Keys share the horizon: a retry older than it creates anew.
+	keys, err := inbox.Purge(ctx, pool, api.IdempotencyConsumer, *olderThan)
+	logger.InfoContext(ctx, "idempotency keys purged", slog.Int64("rows", keys), slog.Any("error", err))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "purged %d idempotency keys used more than %v ago\n", keys, *olderThan)
 	return nil
 }

@@ -268,13 +268,21 @@ func TestPurgeOutboxCommand(t *testing.T) {
 	old := insertOutboxRow(t, pool, time.Now().Add(-8*24*time.Hour))
 	recent := insertOutboxRow(t, pool, time.Now().Add(-time.Hour))
 	pending := insertOutboxRow(t, pool, time.Time{})
+	if _, err := pool.Exec(t.Context(), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
+		('order-api', 'old', now() - interval '8 days'), ('order-api', 'recent', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
 	if err := run(t.Context(), []string{"order", "purge-outbox", "--older-than", "168h"},
 		env(map[string]string{"ORDER_DATABASE_URL": dbURL}), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "purged 1 outbox rows") {
+	if !strings.Contains(out.String(), "purged 1 outbox rows") || !strings.Contains(out.String(), "purged 1 idempotency keys") {
 		t.Fatalf("output %q", out.String())
+	}
+	var key string
+	if err := pool.QueryRow(t.Context(), `SELECT string_agg(message_key, ',') FROM processed_event`).Scan(&key); err != nil || key != "recent" {
+		t.Fatalf("idempotency keys left: %q (%v), want recent", key, err)
 	}
 	rows, err := pool.Query(t.Context(), `SELECT id::text FROM outbox`)
 	if err != nil {

@@ -126,7 +126,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 		pool.Store(p)
 		st := store.New(p, outbox.NewWriter(validator, contracts.ProducerOrder))
 		router := httpx.NewRouter(logger, reg, check)
-		api.New(st, logger).Routes(router)
+		api.New(st, logger, reg).Routes(router)
 		handler.Set(router)
 		logger.InfoContext(ctx, "order service ready", slog.String("database", config.MaskURL(cfg.DatabaseURL)))
 		return nil

@@ -4,57 +4,157 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 )
 
-// headerIdempotencyKey is the optional request header of POST /orders.
+// headerIdempotencyKey is the optional request header of the POST routes.
 const headerIdempotencyKey = "Idempotency-Key"
 
-// headerReplayed is set to "true" on a POST /orders response that returns the
-// order created by an earlier request with the same Idempotency-Key.
+// headerReplayed is set to "true" on a response that repeats the answer of an
+// earlier request with the same Idempotency-Key.
 const headerReplayed = "Idempotent-Replayed"
 
 // maxIdempotencyKey is the longest Idempotency-Key accepted, in bytes.
 const maxIdempotencyKey = 255
 
+// IdempotencyConsumer is the inbox consumer under which the API keeps the
+// Idempotency-Keys of its POST routes in processed_event (docs/inbox.md), with the
+// first answer to each; `order purge-outbox` purges them with the outbox.
+const IdempotencyConsumer = "order-api"
+
 // API serves the order routes. It holds no per-request state and is safe for
 // concurrent use.
 type API struct {
 	store  *store.Store
+	idem   *inbox.Consumer
 	logger *slog.Logger
 	now    func() time.Time
 }
 
-// New returns the API on st. A nil logger discards logs.
-func New(st *store.Store, logger *slog.Logger) *API {
+// New returns the API on st. A nil logger discards logs; the idempotency inbox
+// registers its counters (inbox_*_total{consumer="order-api"}) on reg, unless nil.
+func New(st *store.Store, logger *slog.Logger, reg prometheus.Registerer) *API {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &API{store: st, logger: logger, now: time.Now}
+	idem := inbox.NewConsumer(inbox.Config{Name: IdempotencyConsumer, Mode: inbox.ReturnStored, Logger: logger, Registerer: reg})
+	return &API{store: st, idem: idem, logger: logger, now: time.Now}
 }
 
-// createOrder handles POST /orders: 201 with the new draft order and its
-// Location; with an Idempotency-Key already used for the same request, 201
-// with the order that request created (as it is now) and Idempotent-Replayed:
-// true; 400/413/415 for a body that cannot be decoded; 422 for a value that
-// is not acceptable or a key reused with another request.
-func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
+// answer is a response of a POST route, as the idempotency inbox stores it and
+// replays it. Body is the JSON text, kept as a string so that a replay sends the
+// very bytes of the first answer.
+type answer struct {
+	Status   int    `json:"status"`
+	Location string `json:"location,omitempty"`
+	Body     string `json:"body"`
+}
+
+// orderAnswer is the answer status with o as its body.
+func orderAnswer(status int, o *order.Order, location string) (answer, error) {
+	body, err := json.Marshal(toResponse(o))
+	if err != nil {
+		return answer{}, fmt.Errorf("encode order: %w", err)
+	}
+	return answer{Status: status, Location: location, Body: string(body) + "\n"}, nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key ("" without one). It
+// answers 400 and returns false when the header is repeated or malformed.
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	keys := r.Header.Values(headerIdempotencyKey)
-	key, hasKey := r.Header.Get(headerIdempotencyKey), len(keys) > 0
-	if hasKey && (len(keys) > 1 || !validIdempotencyKey(key)) {
+	if len(keys) == 0 {
+		return "", true
+	}
+	if len(keys) > 1 || !validIdempotencyKey(keys[0]) {
 		p := httpx.NewProblem(http.StatusBadRequest,
 			fmt.Sprintf("%s must be given once, 1 to %d visible ASCII characters", headerIdempotencyKey, maxIdempotencyKey))
 		p.Field = headerIdempotencyKey
 		httpx.WriteProblem(w, r, p)
+		return "", false
+	}
+	return keys[0], true
+}
+
+func validIdempotencyKey(k string) bool {
+	if k == "" || len(k) > maxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// respond runs op and writes its answer. Without a key op runs in a transaction of
+// its own. With a key it runs through the idempotency inbox in mode ReturnStored:
+// the key, content (the canonical request: route, order id, normalised body),
+// op's writes and its answer commit together; a request with the same key and
+// content gets the stored answer with Idempotent-Replayed: true, even when the
+// order changed since, and one with the same key and another content 422. An op
+// that fails stores nothing, so its retry runs again.
+func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, content []byte, op func(context.Context, store.Tx) (answer, error)) {
+	var (
+		ans      answer
+		replayed bool
+		err      error
+	)
+	if key == "" {
+		err = a.store.InTx(r.Context(), func(ctx context.Context, tx store.Tx) error {
+			ans, err = op(ctx, tx)
+			return err
+		})
+	} else {
+		var out inbox.Outcome
+		out, err = a.store.Idempotent(r.Context(), a.idem, inbox.Message{Key: key, Content: content},
+			func(ctx context.Context, tx store.Tx) (any, error) { return op(ctx, tx) })
+		if err == nil {
+			replayed = out.Duplicate
+			if err = json.Unmarshal(out.Result, &ans); err != nil {
+				err = fmt.Errorf("stored answer of Idempotency-Key %q: %w", key, err)
+			}
+		}
+	}
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if ans.Location != "" {
+		w.Header().Set("Location", ans.Location)
+	}
+	if replayed {
+		w.Header().Set(headerReplayed, "true")
+	}
+	w.Header().Set("Content-Type", httpx.ContentTypeJSON)
+	w.WriteHeader(ans.Status)
+	_, _ = io.WriteString(w, ans.Body)
+}
+
+// createOrder handles POST /orders: 201 with the new draft order and its
+// Location; with an Idempotency-Key already used for the same request, the first
+// answer again (see respond); 400/413/415 for a body that cannot be decoded; 422
+// for a value that is not acceptable or a key used with another request.
+func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
 		return
 	}
 	var req createOrderRequest
@@ -72,34 +172,25 @@ func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if hasKey {
-		got, created, err := a.store.CreateIdempotent(r.Context(), key, o)
-		if err != nil {
-			a.writeError(w, r, err)
-			return
+	a.respond(w, r, key, createContent(o), func(ctx context.Context, tx store.Tx) (answer, error) {
+		if err := tx.Create(ctx, o); err != nil {
+			return answer{}, err
 		}
-		if !created {
-			w.Header().Set(headerReplayed, "true")
-		}
-		o = got
-	} else if err := a.store.Create(r.Context(), o); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/orders/"+o.ID().String())
-	httpx.WriteJSON(w, http.StatusCreated, toResponse(o))
+		return orderAnswer(http.StatusCreated, o, "/orders/"+o.ID().String())
+	})
 }
 
-func validIdempotencyKey(k string) bool {
-	if k == "" || len(k) > maxIdempotencyKey {
-		return false
+// createContent is the canonical request of POST /orders: what it asks for (the
+// customer and the normalised lines, in order), so that "3" and "3.000" are one
+// request.
+func createContent(o *order.Order) []byte {
+	var b strings.Builder
+	b.WriteString("POST /orders\n")
+	b.WriteString(o.CustomerID().String())
+	for _, l := range o.Lines() {
+		b.WriteString("\n" + l.ProductID.String() + " " + l.Quantity.String())
 	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	return []byte(b.String())
 }
 
 // getOrder handles GET /orders/{id}: 200 with the order, 400 for an id that
@@ -121,35 +212,45 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) {
 // placeOrder handles POST /orders/{id}/place: 200 with the placed order, 400
 // for a bad id, 404 for an unknown order, 409 when it is not a draft. The
 // transition, the new version and the order.order.placed.v1 outbox row commit
-// together (store.Store.Update).
+// together (store.Tx.Update). With an Idempotency-Key a retry gets the first 200
+// again, even after the order changed (see respond).
 func (a *API) placeOrder(w http.ResponseWriter, r *http.Request) {
 	a.transition(w, r, (*order.Order).Place)
 }
 
 // cancelOrder handles POST /orders/{id}/cancel: 200 with the cancelled order,
 // 400 for a bad id, 404 for an unknown order, 409 when it is already
-// cancelled. The order.order.cancelled.v1 outbox row commits with it.
+// cancelled. The order.order.cancelled.v1 outbox row commits with it. An
+// Idempotency-Key works as for placeOrder.
 func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	a.transition(w, r, (*order.Order).Cancel)
 }
 
 func (a *API) transition(w http.ResponseWriter, r *http.Request, apply func(*order.Order, time.Time) error) {
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
 	id, p := httpx.URLParamUUID(r, "id")
 	if p != nil {
 		httpx.WriteProblem(w, r, *p)
 		return
 	}
-	var changed *order.Order
-	err := a.store.Update(r.Context(), id, func(o *order.Order) error {
-		if err := apply(o, a.now()); err != nil {
-			return err
+	// The route and the order are the request: one key on another order or
+	// another transition is a conflict.
+	content := []byte("POST " + chi.RouteContext(r.Context()).RoutePattern() + " " + id.String())
+	a.respond(w, r, key, content, func(ctx context.Context, tx store.Tx) (answer, error) {
+		var changed *order.Order
+		err := tx.Update(ctx, id, func(o *order.Order) error {
+			if err := apply(o, a.now()); err != nil {
+				return err
+			}
+			changed = o
+			return nil
+		})
+		if err != nil {
+			return answer{}, err
 		}
-		changed = o
-		return nil
+		return orderAnswer(http.StatusOK, changed, "")
 	})
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	httpx.WriteJSON(w, http.StatusOK, toResponse(changed))
 }

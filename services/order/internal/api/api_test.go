@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/api"
@@ -42,21 +44,28 @@ type orderJSON struct {
 type env struct {
 	srv  *httptest.Server
 	pool *pgxpool.Pool
+	reg  *prometheus.Registry
 }
 
 func newEnv(t *testing.T, opts ...outbox.WriterOption) *env {
 	t.Helper()
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	return newEnvOn(t, pool, opts...)
+}
+
+func newEnvOn(t *testing.T, pool *pgxpool.Pool, opts ...outbox.WriterOption) *env {
+	t.Helper()
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := store.New(pool, outbox.NewWriter(v, contracts.ProducerOrder, opts...))
-	r := httpx.NewRouter(nil, prometheus.NewRegistry())
-	api.New(st, nil).Routes(r)
+	reg := prometheus.NewRegistry()
+	r := httpx.NewRouter(nil, reg)
+	api.New(st, nil, reg).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, pool: pool}
+	return &env{srv: srv, pool: pool, reg: reg}
 }
 
 type response struct {
@@ -376,7 +385,7 @@ func TestBadInput(t *testing.T) {
 			checkProblem(t, e.do(t, method, path, ct, []byte(tc.body), tc.header), tc.status, tc.field)
 		})
 	}
-	for _, table := range []string{"orders", "order_line", "outbox", "order_idempotency"} {
+	for _, table := range []string{"orders", "order_line", "outbox", "processed_event"} {
 		if n := e.count(t, table); n != 0 {
 			t.Errorf("%s rows = %d after bad input, want 0", table, n)
 		}
@@ -467,5 +476,157 @@ func TestIdempotencyKeyGivenTwiceIsRejected(t *testing.T) {
 	checkProblem(t, response{resp.StatusCode, resp.Header, b}, http.StatusBadRequest, "Idempotency-Key")
 	if n := e.count(t, "orders"); n != 0 {
 		t.Errorf("orders rows = %d, want 0", n)
+	}
+}
+
+// A place retried with its Idempotency-Key gets its first 200 again, byte for
+// byte, even after the order was cancelled; the same key on another route or
+// another order is a conflict (422), counted per consumer.
+func TestIdempotentPlaceAndCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o := e.create(t)
+	placeKey := map[string]string{"Idempotency-Key": "place-" + uuid.NewString()}
+	place := func(id string, key map[string]string) response {
+		return e.do(t, http.MethodPost, "/orders/"+id+"/place", "", nil, key)
+	}
+	first := place(o.ID, placeKey)
+	if first.status != http.StatusOK || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("place: %d %v %s", first.status, first.header, first.body)
+	}
+	cancelKey := map[string]string{"Idempotency-Key": "cancel-" + uuid.NewString()}
+	cancelled := e.do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", "", nil, cancelKey)
+	if cancelled.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", cancelled.status, cancelled.body)
+	}
+	// The client timed out on its place and retries it: the first answer, not a 409.
+	retry := place(strings.ToUpper(o.ID), placeKey)
+	if retry.status != http.StatusOK || retry.header.Get("Idempotent-Replayed") != "true" ||
+		!bytes.Equal(retry.body, first.body) || retry.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("retried place: %d %v %s; want the first 200 %s", retry.status, retry.header, retry.body, first.body)
+	}
+	if got := decodeOrder(t, retry); got.Status != "placed" || got.Version != 2 {
+		t.Errorf("replayed order = %+v, want the placed version 2", got)
+	}
+	again := e.do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", "", nil, cancelKey)
+	if again.status != http.StatusOK || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, cancelled.body) {
+		t.Fatalf("retried cancel: %d %s", again.status, again.body)
+	}
+	// The place key on the cancel route, or on another order: 422.
+	checkProblem(t, e.do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", "", nil, placeKey), http.StatusUnprocessableEntity, "Idempotency-Key")
+	other := e.create(t)
+	checkProblem(t, place(other.ID, placeKey), http.StatusUnprocessableEntity, "Idempotency-Key")
+	checkProblem(t, e.do(t, http.MethodPost, "/orders", "application/json", []byte(createBody(uuid.New(), "1")), placeKey),
+		http.StatusUnprocessableEntity, "Idempotency-Key")
+	if got := decodeOrder(t, e.do(t, http.MethodGet, "/orders/"+other.ID, "", nil, nil)); got.Status != "draft" {
+		t.Errorf("the other order is %s, want draft (the conflicting place must not apply)", got.Status)
+	}
+	if got := counter(t, e.reg, "inbox_conflicts_total"); got != 3 {
+		t.Errorf("inbox_conflicts_total{consumer=order-api} = %v, want 3", got)
+	}
+	if got := counter(t, e.reg, "inbox_duplicates_total"); got != 2 {
+		t.Errorf("inbox_duplicates_total{consumer=order-api} = %v, want 2", got)
+	}
+
+	// A place that fails (409: not a draft) stores nothing: its retry runs again.
+	failKey := map[string]string{"Idempotency-Key": "fail-" + uuid.NewString()}
+	for range 2 {
+		if r := place(o.ID, failKey); r.status != http.StatusConflict || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("place of a cancelled order: %d %v", r.status, r.header)
+		}
+	}
+
+	// Concurrent places of one draft with one key: all get the same 200.
+	d := e.create(t)
+	key := map[string]string{"Idempotency-Key": uuid.NewString()}
+	bodies := make([]string, 6)
+	errs := make([]error, len(bodies))
+	var wg sync.WaitGroup
+	for i := range bodies {
+		wg.Go(func() {
+			r, err := e.send(http.MethodPost, "/orders/"+d.ID+"/place", "", nil, key)
+			if err == nil && r.status != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", r.status, r.body)
+			}
+			bodies[i], errs[i] = string(r.body), err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent place with one key: %v", err)
+		}
+	}
+	if distinct := slices.Compact(slices.Sorted(slices.Values(bodies))); len(distinct) != 1 {
+		t.Fatalf("concurrent places answered %d different bodies, want 1", len(distinct))
+	}
+}
+
+// counter returns the value of name{consumer="order-api"} in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "consumer" && l.GetValue() == api.IdempotencyConsumer {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{consumer=%q}", name, api.IdempotencyConsumer)
+	return 0
+}
+
+// An Idempotency-Key of POST /orders kept by order_idempotency before the inbox
+// existed still answers a retry with its order after the migration.
+func TestIdempotencyKeyFromBeforeTheInbox(t *testing.T) {
+	t.Parallel()
+	old := fstest.MapFS{}
+	for _, name := range []string{"00001_orders.sql", "00002_outbox.sql", "00003_idempotency.sql"} {
+		b, err := migrations.FS.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: b}
+	}
+	pool, url := testkit.NewDatabase(t, old)
+	ctx := testkit.Context(t)
+	id, customer, product := uuid.Must(uuid.NewV7()), uuid.New(), uuid.New()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO orders (id, customer_id, status, version, created_at, updated_at)
+VALUES ($1, $2, 'draft', 1, '2026-11-30 10:00:00.123+00', '2026-11-30 10:00:00.123+00')`, []any{id, customer}},
+		{`INSERT INTO order_line (order_id, product_id, quantity, line_no) VALUES ($1, $2, 2, 0)`, []any{id, product}},
+		{`INSERT INTO order_idempotency (key, request_hash, order_id) VALUES ('old-key', '\x00', $1)`, []any{id}},
+	} {
+		if _, err := pool.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatalf("old schema rows: %v", err)
+		}
+	}
+	if _, err := migrate.Up(ctx, url, migrations.FS); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool.Reset()
+	e := newEnvOn(t, pool)
+	r := e.do(t, http.MethodPost, "/orders", "application/json", []byte(createBody(customer, "2")), map[string]string{"Idempotency-Key": "old-key"})
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || r.header.Get("Location") != "/orders/"+id.String() {
+		t.Fatalf("retry with a key from before the migration: %d %v %s", r.status, r.header, r.body)
+	}
+	got, want := decodeOrder(t, r), decodeOrder(t, e.do(t, http.MethodGet, "/orders/"+id.String(), "", nil, nil))
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("replayed order %+v, want %+v", got, want)
+	}
+	if n := e.count(t, "orders"); n != 1 {
+		t.Errorf("orders = %d, want 1", n)
 	}
 }

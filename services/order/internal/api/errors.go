@@ -7,8 +7,8 @@ import (
 	"net/http"
 
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/services/order/internal/order"
-	"example.com/shop/services/order/internal/store"
 )
 
 // writeError is the one place that turns an error into a response. Domain
@@ -18,7 +18,8 @@ import (
 //   - *order.FieldError: 422 naming the field;
 //   - order.ErrNotFound: 404;
 //   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled): 409;
-//   - store.ErrIdempotencyKeyReused: 422 naming the Idempotency-Key header;
+//   - inbox.ErrConflict (an Idempotency-Key used with another request): 422
+//     naming the Idempotency-Key header;
 //   - a cancelled request context: 503 (the client has usually gone).
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var fe *order.FieldError
@@ -35,9 +36,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order is already cancelled"))
 	case errors.Is(err, order.ErrInvalidTransition):
 		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order's status does not allow this"))
-	case errors.Is(err, store.ErrIdempotencyKeyReused):
+	case errors.Is(err, inbox.ErrConflict):
 		p := httpx.NewProblem(http.StatusUnprocessableEntity,
-			"this Idempotency-Key was already used with a different request")
+			"this Idempotency-Key was already used with a different request (another body, route or order)")
 		p.Field = headerIdempotencyKey
 		httpx.WriteProblem(w, r, p)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

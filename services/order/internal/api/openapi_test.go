@@ -58,7 +58,7 @@ func openAPIOperations(t *testing.T, path string) []string {
 func routeOperations(t *testing.T) []string {
 	t.Helper()
 	r := chi.NewRouter()
-	api.New(nil, nil).Routes(r)
+	api.New(nil, nil, nil).Routes(r)
 	var ops []string
 	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		ops = append(ops, method+" "+route)

@@ -3,9 +3,7 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -14,14 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/services/order/internal/order"
 )
-
-// ErrIdempotencyKeyReused means an Idempotency-Key was first used with a
-// different request (another customer or other lines).
-var ErrIdempotencyKeyReused = errors.New("idempotency key already used with a different request")
 
 // Store is the order repository. Its methods each run in their own
 // transaction; callers never see a pgx.Tx. A Store is safe for concurrent use.
@@ -39,74 +34,44 @@ func New(pool *pgxpool.Pool, w *outbox.Writer) *Store {
 // recorded, if any, to the outbox, all in one transaction. It returns an error
 // when the order's id already exists or the database fails.
 func (s *Store) Create(ctx context.Context, o *order.Order) error {
-	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := insertOrder(ctx, tx, o); err != nil {
-			return err
-		}
-		return s.writeEvents(ctx, tx, o)
+	return s.InTx(ctx, func(ctx context.Context, tx Tx) error { return tx.Create(ctx, o) })
+}
+
+// Tx is the store inside one open transaction, for a caller that commits more
+// than one change together (an idempotency key with the order it protects). Its
+// methods are those of Store, without their own transaction.
+type Tx struct {
+	s  *Store
+	tx pgx.Tx
+}
+
+// InTx runs fn in one READ COMMITTED transaction: it commits when fn returns nil
+// and rolls everything back when fn fails, returning fn's error.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
+	return pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, Tx{s: s, tx: tx}) })
+}
+
+// Idempotent runs fn once per key of consumer c (docs/inbox.md): in one
+// transaction it records m in processed_event, runs fn and stores its result,
+// then commits. A request that comes again with the same key gets the Outcome
+// of c's mode without running fn (inbox.ReturnStored: the first result), one
+// with the same key and another content an error wrapping inbox.ErrConflict. A
+// failing fn rolls back the key with its writes.
+func (s *Store) Idempotent(ctx context.Context, c *inbox.Consumer, m inbox.Message, fn func(ctx context.Context, tx Tx) (any, error)) (inbox.Outcome, error) {
+	return c.Handle(ctx, s.pool, m, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		return fn(ctx, Tx{s: s, tx: tx})
 	})
-	if err != nil {
+}
+
+// Create is Store.Create in t's transaction.
+func (t Tx) Create(ctx context.Context, o *order.Order) error {
+	if err := insertOrder(ctx, t.tx, o); err != nil {
+		return fmt.Errorf("create order %s: %w", o.ID(), err)
+	}
+	if err := t.s.writeEvents(ctx, t.tx, o); err != nil {
 		return fmt.Errorf("create order %s: %w", o.ID(), err)
 	}
 	return nil
-}
-
-// CreateIdempotent is Create guarded by an Idempotency-Key. The first call
-// with key creates o and returns it with created = true. A later call with the
-// same key and the same request (same customer, same lines in the same order)
-// creates nothing and returns the order the first call created, as it is now,
-// with created = false; with a different request it returns an error wrapping
-// ErrIdempotencyKeyReused. Concurrent calls with one key create one order: the
-// others wait for the first to commit, then see its order.
-func (s *Store) CreateIdempotent(ctx context.Context, key string, o *order.Order) (result *order.Order, created bool, err error) {
-	hash := requestHash(o)
-	err = pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		// The order row follows in this transaction; the foreign key is checked at commit.
-		tag, err := tx.Exec(ctx,
-			`INSERT INTO order_idempotency (key, request_hash, order_id) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`,
-			key, hash, o.ID())
-		if err != nil {
-			return fmt.Errorf("claim idempotency key: %w", err)
-		}
-		if tag.RowsAffected() == 1 {
-			if err := insertOrder(ctx, tx, o); err != nil {
-				return err
-			}
-			result, created = o, true
-			return s.writeEvents(ctx, tx, o)
-		}
-		var (
-			stored  []byte
-			orderID uuid.UUID
-		)
-		if err := tx.QueryRow(ctx, `SELECT request_hash, order_id FROM order_idempotency WHERE key = $1`, key).
-			Scan(&stored, &orderID); err != nil {
-			return fmt.Errorf("read idempotency key: %w", err)
-		}
-		if !bytes.Equal(stored, hash) {
-			return ErrIdempotencyKeyReused
-		}
-		result, err = load(ctx, tx, orderID, false)
-		return err
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("create order with idempotency key: %w", err)
-	}
-	return result, created, nil
-}
-
-// requestHash identifies a create request by what it asks for: the customer and the
-// normalised lines, in order.
-func requestHash(o *order.Order) []byte {
-	h := sha256.New()
-	customer := o.CustomerID()
-	h.Write(customer[:])
-	for _, l := range o.Lines() {
-		h.Write(l.ProductID[:])
-		h.Write([]byte(l.Quantity.String()))
-		h.Write([]byte{0})
-	}
-	return h.Sum(nil)
 }
 
 // Get returns the order with id, or an error wrapping order.ErrNotFound.
@@ -137,34 +102,41 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
 // The order fn received reflects what was committed once Update returns nil,
 // so fn may keep it to show the result.
 func (s *Store) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
-	err := pg.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		o, err := load(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		before := o.Version()
-		if err := fn(o); err != nil {
-			return err
-		}
-		if o.Version() == before {
-			return nil
-		}
-		tag, err := tx.Exec(ctx,
-			`UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
-			o.ID(), string(o.Status()), o.Version(), o.UpdatedAt(), before)
-		if err != nil {
-			return fmt.Errorf("save: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			// Cannot happen while the row is locked; refuse rather than lose an update.
-			return fmt.Errorf("save: version %d changed under the row lock", before)
-		}
-		return s.writeEvents(ctx, tx, o)
-	})
-	if err != nil {
+	return s.InTx(ctx, func(ctx context.Context, tx Tx) error { return tx.Update(ctx, id, fn) })
+}
+
+// Update is Store.Update in t's transaction.
+func (t Tx) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
+	if err := t.update(ctx, id, fn); err != nil {
 		return fmt.Errorf("update order %s: %w", id, err)
 	}
 	return nil
+}
+
+func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
+	tx := t.tx
+	o, err := load(ctx, tx, id, true)
+	if err != nil {
+		return err
+	}
+	before := o.Version()
+	if err := fn(o); err != nil {
+		return err
+	}
+	if o.Version() == before {
+		return nil
+	}
+	tag, err := tx.Exec(ctx,
+		`UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
+		o.ID(), string(o.Status()), o.Version(), o.UpdatedAt(), before)
+	if err != nil {
+		return fmt.Errorf("save: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		// Cannot happen while the row is locked; refuse rather than lose an update.
+		return fmt.Errorf("save: version %d changed under the row lock", before)
+	}
+	return t.s.writeEvents(ctx, tx, o)
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as

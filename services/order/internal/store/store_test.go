@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/order"
@@ -316,89 +318,57 @@ func TestConcurrentPlaceAppliesOnce(t *testing.T) {
 	}
 }
 
-func TestCreateIdempotent(t *testing.T) {
+// Store.Idempotent commits the key, the order and the outbox row together: a
+// failure rolls all of them back, and concurrent requests with one key create one
+// order and all get its answer.
+func TestIdempotentCreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, pool := newStore(t)
-	first := draft(t)
-	got, created, err := s.CreateIdempotent(ctx, "key-1", first)
-	if err != nil || !created || got.ID() != first.ID() {
-		t.Fatalf("first create: %v, created=%v", err, created)
+	c := inbox.NewConsumer(inbox.Config{Name: "order-api", Mode: inbox.ReturnStored})
+	m := inbox.Message{Key: "key-1", Content: []byte("create")}
+	boom := errors.New("boom")
+	if _, err := s.Idempotent(ctx, c, m, func(ctx context.Context, tx store.Tx) (any, error) {
+		if err := tx.Create(ctx, draft(t)); err != nil {
+			return nil, err
+		}
+		return nil, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failing create: %v, want boom", err)
 	}
-	// The retry carries the same request but, being rebuilt by the client, a new order id.
-	retry, err := order.New(uuid.New(), first.CustomerID(), first.Lines(), time.Now())
-	if err != nil {
-		t.Fatal(err)
+	count := func(table string) int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	got, created, err = s.CreateIdempotent(ctx, "key-1", retry)
-	if err != nil || created || got.ID() != first.ID() || got.Version() != 1 {
-		t.Fatalf("retry: %v, created=%v, id %s, want the first order %s", err, created, got.ID(), first.ID())
+	if o, k, e := count("orders"), count("processed_event"), count("outbox"); o+k+e != 0 {
+		t.Fatalf("after the failure: orders %d, keys %d, outbox %d; want none", o, k, e)
 	}
-	other := draft(t)
-	if _, _, err := s.CreateIdempotent(ctx, "key-1", other); !errors.Is(err, store.ErrIdempotencyKeyReused) {
-		t.Fatalf("reuse with another request: %v, want ErrIdempotencyKeyReused", err)
-	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
-	}
-}
 
-func TestCreateIdempotentConcurrent(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, pool := newStore(t)
-	template := draft(t)
 	const clients = 8
-	type result struct {
-		id      uuid.UUID
-		created bool
-		err     error
+	results := make([]string, clients)
+	errs := make([]error, clients)
+	var wg sync.WaitGroup
+	for n := range clients {
+		wg.Go(func() {
+			o := draft(t)
+			out, err := s.Idempotent(ctx, c, m, func(ctx context.Context, tx store.Tx) (any, error) {
+				return o.ID().String(), tx.Create(ctx, o)
+			})
+			results[n], errs[n] = string(out.Result), err
+		})
 	}
-	results := make(chan result, clients)
-	var start sync.WaitGroup
-	start.Add(1)
-	for range clients {
-		go func() {
-			start.Wait()
-			o, err := order.New(uuid.New(), template.CustomerID(), template.Lines(), time.Now())
-			if err != nil {
-				results <- result{err: err}
-				return
-			}
-			got, created, err := s.CreateIdempotent(ctx, "same-key", o)
-			if err != nil {
-				results <- result{err: err}
-				return
-			}
-			results <- result{got.ID(), created, nil}
-		}()
-	}
-	start.Done()
-	ids := map[uuid.UUID]bool{}
-	createdCount := 0
-	for range clients {
-		r := <-results
-		if r.err != nil {
-			t.Fatalf("CreateIdempotent: %v", r.err)
-		}
-		ids[r.id] = true
-		if r.created {
-			createdCount++
-		}
-	}
-	if len(ids) != 1 || createdCount != 1 {
-		t.Fatalf("distinct orders returned = %d, created = %d; want 1 and 1", len(ids), createdCount)
-	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
+	if distinct := slices.Compact(slices.Sorted(slices.Values(results))); len(distinct) != 1 {
+		t.Fatalf("answers %v, want one", distinct)
+	}
+	if o, k := count("orders"), count("processed_event"); o != 1 || k != 1 {
+		t.Fatalf("orders = %d, keys = %d; want 1, 1", o, k)
 	}
 }
 

@@ -273,7 +273,7 @@ func (r *rig) wantProcessed(t *testing.T, ids ...uuid.UUID) {
 	for _, id := range ids {
 		var n int
 		err := r.pool.QueryRow(testkit.Context(t),
-			`SELECT count(*) FROM processed_event WHERE consumer = $1 AND event_id = $2`, events.Consumer, id).Scan(&n)
+			`SELECT count(*) FROM processed_event WHERE consumer = $1 AND message_key = $2::text`, events.Consumer, id.String()).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}

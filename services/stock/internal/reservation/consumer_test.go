@@ -292,7 +292,7 @@ func TestPoisonMessagesAreDeadLetteredOnFirstDelivery(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if got := s.count(`SELECT count(*) FROM processed_event WHERE event_id <> $1`, good.EventID); got != 0 {
+	if got := s.count(`SELECT count(*) FROM processed_event WHERE message_key <> $1::text`, good.EventID.String()); got != 0 {
 		t.Errorf("processed_event rows of poison = %d, want 0", got)
 	}
 	if got := s.reservations(p.OrderID); got != 1 {
