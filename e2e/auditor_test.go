@@ -126,7 +126,7 @@ func TestAuditorFindsAKeyDeletedByHand(t *testing.T) {
 		return ""
 	})
 	// An operator deletes stock's key by hand: the reservation stays, the proof is gone.
-	tag, err := s.dbs.Stock.Exec(ctx, `DELETE FROM processed_event WHERE consumer = 'stock' AND event_id = $1`, eventID)
+	tag, err := s.dbs.Stock.Exec(ctx, `DELETE FROM processed_event WHERE consumer = 'stock' AND message_key = $1`, eventID)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("delete the key: %v (%d rows)", err, tag.RowsAffected())
 	}
@@ -170,7 +170,7 @@ func TestAuditorFindsAKeyDeletedByHand(t *testing.T) {
 	screenshot(t, browser, "auditor-gap.png")
 
 	// Restored (a replay would do it): the audit clears the finding.
-	if _, err := s.dbs.Stock.Exec(ctx, `INSERT INTO processed_event (consumer, event_id) VALUES ('stock', $1)`, eventID); err != nil {
+	if _, err := s.dbs.Stock.Exec(ctx, `INSERT INTO processed_event (consumer, message_key) VALUES ('stock', $1)`, eventID); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the gap is cleared", func() string {

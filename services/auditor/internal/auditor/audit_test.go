@@ -220,7 +220,7 @@ FROM (SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') || 
 			ids = append(ids, id)
 		}
 		rows.Close()
-		w.exec(t, w.consumer(c), `INSERT INTO processed_event (consumer, event_id) SELECT $1, unnest($2::uuid[])`, c, ids)
+		w.exec(t, w.consumer(c), `INSERT INTO processed_event (consumer, message_key) SELECT $1, unnest($2::uuid[])::text`, c, ids)
 	}
 	for i, want := range []int64{200, 400, 450, 450} {
 		r := cycle(t, a)

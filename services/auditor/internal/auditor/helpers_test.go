@@ -78,13 +78,13 @@ VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
 // process records consumer's processed_event key of event at `at`.
 func (w *world) process(t *testing.T, consumer string, event uuid.UUID, at time.Time) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `INSERT INTO processed_event (consumer, event_id, processed_at) VALUES ($1, $2, $3)`, consumer, event, at)
+	w.exec(t, w.consumer(consumer), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES ($1, $2, $3)`, consumer, event.String(), at)
 }
 
 // forget deletes consumer's key of event, as an operator's mistake would.
 func (w *world) forget(t *testing.T, consumer string, event uuid.UUID) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND event_id = $2`, consumer, event)
+	w.exec(t, w.consumer(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND message_key = $2`, consumer, event.String())
 }
 
 func (w *world) exec(t *testing.T, p *pgxpool.Pool, sql string, args ...any) {

@@ -192,8 +192,8 @@ func (s *Store) LatestOrders(ctx context.Context, n int) ([]Order, error) {
 // processedQuery finds a consumer's processed_event keys among the given event ids,
 // each given as its canonical lowercase text. The key column is the only part of the
 // inbox schema the auditor depends on.
-const processedQuery = `SELECT event_id::text, processed_at FROM processed_event
-WHERE consumer = $1 AND event_id = ANY($2::text[]::uuid[])`
+const processedQuery = `SELECT message_key, processed_at FROM processed_event
+WHERE consumer = $1 AND message_key = ANY($2::text[])`
 
 // Processed returns, for the events among ids that consumer has processed, when it
 // did (its processed_event key).
