@@ -3,9 +3,9 @@
 # 127.0.0.1:5672 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./e2e/...
-MODULES   := contracts platform services/order services/stock services/shipping e2e
-BINARIES  := order stock shipping
+PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
+MODULES   := contracts platform services/order services/stock services/shipping services/auditor e2e
+BINARIES  := order stock shipping auditor
 # gotestsum runs `go test` and prints each test as it ends, then a summary
 # ("DONE 512 tests, 1 failure in 300.1s"); pinned, fetched through the Go
 # module proxy on first use. TEST_FORMAT=pkgname prints one line per package.
@@ -18,18 +18,18 @@ TEST_JSON ?=
 
 all: lint test
 
-## build: compile bin/order, bin/stock and bin/shipping
+## build: compile bin/order, bin/stock, bin/shipping and bin/auditor
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping
+	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping ./services/auditor/cmd/auditor
 
 ## test: lint, then every unit, integration and end-to-end test with the race detector
 test: lint build
-	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 20m $(PKGS)
+	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 25m $(PKGS)
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/...
+	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
 
 ## e2e: the end-to-end suite on the real binaries
 e2e: build
@@ -40,9 +40,9 @@ lint:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## demo: run the whole system on real input and print what happened
+## demo: run the whole system on real input and print what happened (KEEP=1 keeps it and the live page running)
 demo: build
-	$(GO) run ./e2e/cmd/demo
+	$(GO) run ./e2e/cmd/demo $(if $(KEEP),-keep)
 
 ## bench: throughput and latency benchmarks; writes bench/out/latest.json
 bench: build

@@ -68,7 +68,8 @@ type shop struct {
 
 // options change how newShop starts the system.
 type options struct {
-	env map[string][]string // extra KEY=VALUE per process name ("order", "relay", "stock", "shipping", "" for all)
+	env     map[string][]string // extra KEY=VALUE per process name ("order", "relay", "stock", "shipping", "auditor", "" for all)
+	auditor bool                // run `auditor serve` too
 }
 
 // fastRetries makes failed deliveries come back quickly: the suite never
@@ -102,6 +103,7 @@ func newShop(t *testing.T, opt options) *shop {
 		AMQPURL:       amqpURL,
 		Env:           append(fastRetries(), opt.env[""]...),
 		ProcessEnv:    map[string][]string{},
+		Auditor:       opt.auditor,
 	}
 	for name, kv := range opt.env {
 		if name != "" {

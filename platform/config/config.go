@@ -23,6 +23,7 @@ const (
 	DefaultStockHTTPAddr    = ":8082"
 	DefaultShippingHTTPAddr = ":8083"
 	DefaultRelayHTTPAddr    = ":8084"
+	DefaultAuditorHTTPAddr  = ":8085"
 )
 
 // VarError describes one environment variable whose value could not be used.

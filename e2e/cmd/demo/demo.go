@@ -34,6 +34,7 @@ type demo struct {
 	first        system.Order // the order followed through every table
 	poisonSent   int          // poison messages published (each reaches both DLQs)
 	dupsInjected int          // events republished by hand
+	auditReport  system.AuditReport
 }
 
 // stop stops the processes, closes the pools and the log files.
@@ -56,7 +57,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"check that PostgreSQL and RabbitMQ answer", d.servers},
 		{"fresh databases and vhost", d.fresh},
 		{"migrate the three databases", d.migrate},
-		{"start order-api, relay, stock and shipping", d.start},
+		{"start order-api, relay, stock, shipping and the auditor", d.start},
 		{"one order, followed through every service", d.oneOrder},
 		{"20 orders placed by 8 clients at once", d.concurrent},
 		{"double click: the same order placed twice at the same moment", d.doubleClick},
@@ -65,6 +66,8 @@ func (d *demo) run(ctx context.Context) error {
 		{"a poison message goes to the dead-letter queues", d.poison},
 		{"relay killed with SIGKILL in the middle of a batch", d.relayCrash},
 		{"wait until everything has arrived, then check the invariants", d.settle},
+		{"wait until the queues are drained and nothing is unacknowledged", d.drain},
+		{"ask the auditor: did every published event reach every consumer?", d.audit},
 		{"summary", d.summary},
 	}
 	for _, st := range steps {
@@ -79,6 +82,7 @@ func (d *demo) run(ctx context.Context) error {
 			d.ui.plain("  %-9s http://%s   (/healthz /readyz /metrics)", p.Name, p.Addr)
 		}
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
+		d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
 		<-ctx.Done()
 		d.ui.plain("stopping the processes")
 	}
@@ -136,6 +140,10 @@ func (d *demo) migrate(ctx context.Context) error {
 		ShippingDBURL: d.srv.shippingURL,
 		AMQPURL:       d.srv.amqpURL,
 		Addrs:         d.addrs(),
+		Auditor:       true,
+		// A short grace: the demo's events arrive within a second, and its
+		// final question to the auditor should not wait long.
+		ProcessEnv: map[string][]string{"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"}},
 	})
 	if err != nil {
 		return err
@@ -160,6 +168,7 @@ func (d *demo) migrate(ctx context.Context) error {
 // standardAddrs are the ports the README's examples use.
 var standardAddrs = map[string]string{
 	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "relay": "127.0.0.1:8084",
+	"auditor": "127.0.0.1:8085",
 }
 
 // addrs returns the standard ports when the system is kept running and all
@@ -188,6 +197,7 @@ func (d *demo) start(ctx context.Context) error {
 		d.ui.say("%-9s %-8s ready on http://%s", p.Name, p.Args[0], p.Addr)
 	}
 	d.ui.say("their logs: %s", filepath.Join(d.s.logDir, "*.log"))
+	d.ui.say("live page: http://%s/  (open it now to watch the orders go by)", d.sys.Auditor.Addr)
 	return nil
 }
 
@@ -599,17 +609,22 @@ func (d *demo) summary(ctx context.Context) error {
 		{"events processed by shipping", itoa(r.ShippingProcessed), "processed_event keys"},
 		{"reservations held", itoa(r.ReservedLines), "2 lines per placed order"},
 		{"shipments", fmt.Sprintf("%d", r.Shipments["ready"]+r.Shipments["cancelled"]), fmt.Sprintf("%d ready, %d cancelled", r.Shipments["ready"], r.Shipments["cancelled"])},
-		{"duplicates skipped", fmt.Sprintf("%.0f", dupSt+dupSh), fmt.Sprintf("stock %.0f + shipping %.0f (%d republished by hand, the rest from the relay crash)", dupSt, dupSh, d.dupsInjected)},
+		{"duplicates skipped", fmt.Sprintf("%.0f", dupSt+dupSh), fmt.Sprintf("stock %.0f + shipping %.0f", dupSt, dupSh)},
+		{"", "", duplicatesNote(dupSt, dupSh, d.dupsInjected)},
 		{"dead-lettered", itoa(dead), fmt.Sprintf("the poison message, once per consumer (%d sent)", d.poisonSent)},
 		{"unroutable", itoa(depths[contracts.UnroutableQueue]), contracts.UnroutableQueue},
 		{"still queued", itoa(queued), "stock.events + shipping.events"},
 		{"double reservations", itoa(r.DoubleReserved), ""},
 		{"lost", itoa(lost), "events never published or never processed"},
+		{"unaccounted (auditor)", itoa(d.auditReport.UnaccountedTotal), fmt.Sprintf("GET /audit after checking %d published events", d.auditReport.Audited)},
 		{"invariants", verdict, ""},
 	})
 	var errs []error
 	if !r.OK() {
 		errs = append(errs, fmt.Errorf("invariants broken:\n%s", r))
+	}
+	if d.auditReport.UnaccountedTotal != 0 {
+		errs = append(errs, fmt.Errorf("the auditor finds %d unaccounted events", d.auditReport.UnaccountedTotal))
 	}
 	if lost != 0 || queued != 0 {
 		errs = append(errs, fmt.Errorf("%d events lost, %d still queued", lost, queued))
@@ -620,7 +635,8 @@ func (d *demo) summary(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w\nthe processes' logs are in %s", err, d.s.logDir)
 	}
-	d.ui.plain("\n  lost = 0, no double reservation. Logs: %s", filepath.Join(d.s.logDir, "*.log"))
+	d.ui.plain("\n  lost = 0, unaccounted = 0, no double reservation. Logs: %s", filepath.Join(d.s.logDir, "*.log"))
+	d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
 	return nil
 }
 

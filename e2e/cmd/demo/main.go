@@ -10,10 +10,14 @@
 // When the servers do not answer and `docker compose` is available it runs
 // `docker compose up -d postgres rabbitmq` first.
 //
+// The auditor runs beside the shop; its live page (printed at the start) shows
+// every order moving through the tables, and the demo ends by asking it whether
+// any published event is unaccounted for.
+//
 // The processes' logs go to .demo/logs/<process>.log. The exit code is 1 when
 // any end-to-end invariant fails. Flags:
 //
-//	-bin DIR     directory of the order, stock and shipping binaries (default bin)
+//	-bin DIR     directory of the order, stock, shipping and auditor binaries (default bin)
 //	-orders N    orders placed during the relay crash (default 300)
 //	-keep        keep the system running after the summary, until Ctrl-C
 //	-logs DIR    where the processes' logs go (default .demo/logs)
@@ -78,7 +82,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	s.stockDB = env("STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable")
 	s.shipDB = env("SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable")
 	s.amqpURL = env("AMQP_URL", "amqp://guest:guest@localhost:5672/")
-	for _, b := range []string{"order", "stock", "shipping"} {
+	for _, b := range []string{"order", "stock", "shipping", "auditor"} {
 		if _, err := os.Stat(filepath.Join(s.binDir, b)); err != nil {
 			return s, fmt.Errorf("binary %s not found in %s: run `make build` first (or `make demo`)", b, s.binDir)
 		}
@@ -91,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	d := &demo{s: s, ui: newUI(stdout, 13)}
+	d := &demo{s: s, ui: newUI(stdout, 15)}
 	defer d.stop()
 	return d.run(ctx)
 }

@@ -14,10 +14,11 @@ func Binaries() map[string]string {
 		"order":    "example.com/shop/services/order/cmd/order",
 		"stock":    "example.com/shop/services/stock/cmd/stock",
 		"shipping": "example.com/shop/services/shipping/cmd/shipping",
+		"auditor":  "example.com/shop/services/auditor/cmd/auditor",
 	}
 }
 
-// Build compiles the three binaries into dir with one `go build` run from
+// Build compiles the four binaries into dir with one `go build` run from
 // the working directory (which must be inside the go.work workspace). With
 // race set they are built with the race detector, so a data race in a
 // service makes it print a report and exit 66. It returns the compiler's
@@ -30,7 +31,7 @@ func Build(ctx context.Context, dir string, race bool) error {
 	if race {
 		args = append(args, "-race")
 	}
-	for _, pkg := range []string{"order", "stock", "shipping"} {
+	for _, pkg := range []string{"order", "stock", "shipping", "auditor"} {
 		args = append(args, Binaries()[pkg])
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)

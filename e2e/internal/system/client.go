@@ -137,3 +137,32 @@ func (c *Client) do(ctx context.Context, method, addr, path string, body []byte,
 	}
 	return resp.StatusCode, nil
 }
+
+// AuditReport is the auditor's GET /audit.
+type AuditReport struct {
+	Unaccounted      map[string]int `json:"unaccounted"`
+	UnaccountedTotal int            `json:"unaccounted_total"`
+	Events           []struct {
+		EventID   string   `json:"event_id"`
+		EventName string   `json:"event_name"`
+		OrderID   string   `json:"order_id"`
+		Consumers []string `json:"consumers"`
+	} `json:"events"`
+	Audited    int64   `json:"audited"`
+	LagSeconds float64 `json:"lag_seconds"`
+	Cycles     int64   `json:"cycles"`
+	LastError  string  `json:"last_error"`
+}
+
+// Audit gets the auditor's report of its last cycle.
+func (c *Client) Audit(ctx context.Context) (AuditReport, error) {
+	var r AuditReport
+	if c.sys.Auditor == nil {
+		return r, fmt.Errorf("audit: the system runs no auditor")
+	}
+	status, err := c.do(ctx, http.MethodGet, c.sys.Auditor.Addr, "/audit", nil, &r)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("audit: status %d", status)
+	}
+	return r, err
+}

@@ -22,10 +22,18 @@ type Config struct {
 	Addrs         map[string]string   // HTTP address of a process, by name; a free 127.0.0.1 port when absent
 	Standby       bool                // run a second `order relay` ("standby") that contends for the relay's lock
 	Log           io.Writer           // receives every process's output, prefixed; nil to keep it in memory only
+	// Auditor adds `auditor serve` to the processes All starts, reading the three
+	// databases (AUDITOR_*_DATABASE_URL: AuditorDBURLs when set, else the services'
+	// URLs) and scraping stock's and shipping's /metrics.
+	Auditor       bool
+	AuditorDBURLs *DBURLs
 }
 
-// System is the four long-running processes of the shop, and a standby
-// relay when Config.Standby is set.
+// DBURLs are the order, stock and shipping database URLs of one role.
+type DBURLs struct{ Order, Stock, Shipping string }
+
+// System is the long-running processes of the shop: four, a standby relay
+// when Config.Standby is set, and the auditor when Config.Auditor is set.
 type System struct {
 	cfg      Config
 	OrderAPI *Process
@@ -33,6 +41,7 @@ type System struct {
 	Standby  *Process // nil unless Config.Standby
 	Stock    *Process
 	Shipping *Process
+	Auditor  *Process // nil unless Config.Auditor
 }
 
 // New prepares the processes on free local ports; nothing starts yet.
@@ -55,6 +64,23 @@ func New(cfg Config) (*System, error) {
 	}
 	if s.Shipping, err = s.process("shipping", "shipping", "serve"); err != nil {
 		return nil, err
+	}
+	if cfg.Auditor {
+		if s.Auditor, err = s.process("auditor", "auditor", "serve"); err != nil {
+			return nil, err
+		}
+		urls := DBURLs{cfg.OrderDBURL, cfg.StockDBURL, cfg.ShippingDBURL}
+		if cfg.AuditorDBURLs != nil {
+			urls = *cfg.AuditorDBURLs
+		}
+		// Before the caller's ProcessEnv, which it may override.
+		s.Auditor.Env = append([]string{
+			"AUDITOR_ORDER_DATABASE_URL=" + urls.Order,
+			"AUDITOR_STOCK_DATABASE_URL=" + urls.Stock,
+			"AUDITOR_SHIPPING_DATABASE_URL=" + urls.Shipping,
+			"AUDITOR_STOCK_METRICS_URL=http://" + s.Stock.Addr + "/metrics",
+			"AUDITOR_SHIPPING_METRICS_URL=http://" + s.Shipping.Addr + "/metrics",
+		}, s.Auditor.Env...)
 	}
 	return s, nil
 }
@@ -87,10 +113,15 @@ func (s *System) process(name, bin string, args ...string) (*Process, error) {
 
 // All returns the processes in start order.
 func (s *System) All() []*Process {
+	all := []*Process{s.OrderAPI, s.Relay}
 	if s.Standby != nil {
-		return []*Process{s.OrderAPI, s.Relay, s.Standby, s.Stock, s.Shipping}
+		all = append(all, s.Standby)
 	}
-	return []*Process{s.OrderAPI, s.Relay, s.Stock, s.Shipping}
+	all = append(all, s.Stock, s.Shipping)
+	if s.Auditor != nil {
+		all = append(all, s.Auditor)
+	}
+	return all
 }
 
 // Migrate runs `<bin> migrate` for the three databases, one after another,

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/platform/config"
+	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/logging"
+	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/pg"
+	apidoc "example.com/shop/services/auditor/api"
+	"example.com/shop/services/auditor/internal/api"
+	"example.com/shop/services/auditor/internal/auditor"
+	"example.com/shop/services/auditor/internal/probe"
+	"example.com/shop/services/auditor/internal/store"
+)
+
+const usage = "usage: auditor serve | --version"
+
+// service names the auditor in logs.
+const service = "auditor"
+
+// run is the whole program: args are os.Args, getenv reads the environment, command
+// output goes to stdout and JSON logs to stderr. For serve it returns once ctx ends
+// and the server has shut down.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		return errors.New(usage)
+	}
+	switch cmd, rest := args[1], args[2:]; cmd {
+	case "serve":
+		if len(rest) > 0 {
+			if isHelp(rest[0]) {
+				fmt.Fprintln(stdout, "usage: auditor serve   (settings from the environment: AUDITOR_*_DATABASE_URL, AMQP_URL, HTTP_ADDR, AUDIT_INTERVAL, AUDIT_GRACE, AUDIT_WINDOW)")
+				return nil
+			}
+			if rest[0] == "--version" {
+				return printVersion(stdout)
+			}
+			return fmt.Errorf("serve: unexpected argument %q; %s", rest[0], usage)
+		}
+		return runServe(ctx, getenv, stderr)
+	case "--version", "version":
+		return printVersion(stdout)
+	default:
+		if isHelp(cmd) {
+			fmt.Fprintln(stdout, usage)
+			return nil
+		}
+		return fmt.Errorf("unknown command %q; %s", cmd, usage)
+	}
+}
+
+func isHelp(arg string) bool { return arg == "help" || arg == "-h" || arg == "--help" }
+
+// printVersion prints the module version and VCS revision the binary was built from.
+func printVersion(stdout io.Writer) error {
+	version, revision := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = " " + s.Value
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "auditor %s%s\n", version, revision)
+	return nil
+}
+
+// runServe serves the auditor until ctx ends: config and logger; the listener, which
+// answers /healthz, /metrics and a 503 /readyz and 503 problems until the three
+// databases answer (pg.WaitPool each); then the continuous audit and the
+// full router. ctx's end stops the audit and starts a graceful HTTP shutdown bounded
+// by httpx.ShutdownTimeout (10 s).
+func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := loadServeConfig(getenv)
+	if err != nil {
+		return err
+	}
+	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
+	reg := metrics.NewRegistry()
+
+	var pools []*pgxpool.Pool
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	var st atomic.Pointer[store.Store]
+	check := httpx.Pending("postgres", &st, (*store.Store).Ping)
+	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to the databases yet", check))
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- httpx.ServeListener(ctx, ln, handler, logger)
+		cancel() // a server failure stops everything else too
+	}()
+	logger.InfoContext(ctx, "auditor listening", slog.String("addr", ln.Addr().String()))
+
+	// The broker is only read for dead-letter queue depths, on demand: the probe
+	// dials it then, so the auditor starts and audits without it.
+	pr := probe.New(cfg.MetricsURLs, cfg.AMQPURL)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		_ = pr.Close()
+	}()
+
+	err = func() error {
+		open := func(url string) (*pgxpool.Pool, error) {
+			p, err := pg.WaitPool(ctx, url, logger)
+			if err == nil {
+				pools = append(pools, p)
+			}
+			return p, err
+		}
+		orderPool, err := open(cfg.OrderDatabaseURL)
+		if err != nil {
+			return err
+		}
+		consumers := map[string]*pgxpool.Pool{}
+		for name, url := range cfg.ConsumerDBs {
+			if consumers[name], err = open(url); err != nil {
+				return err
+			}
+		}
+		s := store.New(orderPool, consumers)
+		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window}, reg, logger)
+		if err != nil {
+			return err
+		}
+		st.Store(s)
+		wg.Go(func() { _ = audit.Run(ctx) })
+		router := httpx.NewRouter(logger, reg, check)
+		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, apidoc.OpenAPI, logger).Routes(router)
+		handler.Set(router)
+		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(ln.Addr())+"/"),
+			slog.String("order_database", config.MaskURL(cfg.OrderDatabaseURL)))
+		return nil
+	}()
+	if err != nil && ctx.Err() != nil {
+		err = nil // stopped while starting: a clean shutdown, unless HTTP failed
+	}
+	if err != nil {
+		cancel()
+	}
+	err = errors.Join(err, <-served)
+	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}
+
+// displayAddr turns a listen address such as [::]:8085 into one a browser opens.
+func displayAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		if ok {
+			return fmt.Sprintf("localhost:%d", tcp.Port)
+		}
+	}
+	return a.String()
+}

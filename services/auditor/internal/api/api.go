@@ -1,0 +1,222 @@
+// Package api serves the auditor over HTTP: the journey of an order or event, the
+// audit's report, the live page's data, and the live page itself (plain HTML, CSS and
+// JavaScript embedded in the binary).
+package api
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/httpx"
+	"example.com/shop/services/auditor/internal/auditor"
+	"example.com/shop/services/auditor/internal/probe"
+	"example.com/shop/services/auditor/internal/store"
+)
+
+//go:embed page
+var pageFS embed.FS
+
+// BoardRows is the number of orders the live page shows.
+const BoardRows = 15
+
+// boardMaxAge is how long one /board answer is reused, so that many open pages cost
+// the databases no more than one.
+const boardMaxAge = 500 * time.Millisecond
+
+// API holds the handlers' dependencies.
+type API struct {
+	auditor  *auditor.Audit
+	journeys *auditor.Journeys
+	st       *store.Store
+	probe    *probe.Probe
+	openapi  []byte
+	logger   *slog.Logger
+
+	mu      sync.Mutex
+	boardAt time.Time
+	last    Board
+}
+
+// New returns the API. openapi is the OpenAPI document served at /openapi.yaml.
+func New(audit *auditor.Audit, journeys *auditor.Journeys, st *store.Store, pr *probe.Probe, openapi []byte, logger *slog.Logger) *API {
+	return &API{auditor: audit, journeys: journeys, st: st, probe: pr, openapi: openapi, logger: logger}
+}
+
+func (a *API) page(w http.ResponseWriter, r *http.Request) {
+	http.ServeFileFS(w, r, pageFS, "page/index.html")
+}
+
+func (a *API) static(w http.ResponseWriter, r *http.Request) {
+	sub, _ := fs.Sub(pageFS, "page") // "page" is embedded: Sub cannot fail
+	http.StripPrefix("/static/", http.FileServerFS(sub)).ServeHTTP(w, r)
+}
+
+func (a *API) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(a.openapi)
+}
+
+func (a *API) audit(w http.ResponseWriter, _ *http.Request) {
+	httpx.WriteJSON(w, http.StatusOK, a.auditor.Report())
+}
+
+func (a *API) orderJourney(w http.ResponseWriter, r *http.Request) {
+	id, p := httpx.URLParamUUID(r, "id")
+	if p != nil {
+		httpx.WriteProblem(w, r, *p)
+		return
+	}
+	j, err := a.journeys.Order(r.Context(), id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, j)
+}
+
+func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) {
+	id, p := httpx.URLParamUUID(r, "event_id")
+	if p != nil {
+		httpx.WriteProblem(w, r, *p)
+		return
+	}
+	j, err := a.journeys.Event(r.Context(), id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, j)
+}
+
+// Board is the live page's data: the latest orders, the counters and the audit.
+type Board struct {
+	Orders   []auditor.BoardRow `json:"orders"`
+	Counters Counters           `json:"counters"`
+	Audit    auditor.Report     `json:"audit"`
+	Grace    float64            `json:"grace_seconds"`
+	At       time.Time          `json:"at"`
+}
+
+// Counters are the live page's totals. A nil count could not be read (its source is
+// named in Notes).
+type Counters struct {
+	Published         *int64            `json:"published"`
+	DuplicatesSkipped *float64          `json:"duplicates_skipped"`
+	Retries           *float64          `json:"retries"`
+	DeadLetters       *int              `json:"dead_letters"`
+	Unaccounted       int               `json:"unaccounted"`
+	PerConsumer       map[string]Detail `json:"per_consumer"`
+	Notes             []string          `json:"notes,omitempty"`
+}
+
+// Detail is one consumer's share of the counters.
+type Detail struct {
+	DuplicatesSkipped *float64 `json:"duplicates_skipped"`
+	Retries           *float64 `json:"retries"`
+	DeadLetters       *int     `json:"dead_letters"`
+}
+
+func (a *API) board(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.boardAt) > boardMaxAge {
+		b, err := a.readBoard(r.Context())
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		a.last, a.boardAt = b, time.Now()
+	}
+	httpx.WriteJSON(w, http.StatusOK, a.last)
+}
+
+func (a *API) readBoard(ctx context.Context) (Board, error) {
+	rows, err := a.journeys.Board(ctx, BoardRows)
+	if err != nil {
+		return Board{}, err
+	}
+	rep := a.auditor.Report()
+	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
+	c := &b.Counters
+	c.Unaccounted = rep.UnaccountedTotal
+	c.PerConsumer = map[string]Detail{}
+	if n, err := a.auditor.PublishedTotal(ctx); err == nil {
+		c.Published = &n
+	} else {
+		c.Notes = append(c.Notes, "published: "+err.Error())
+	}
+
+	const dups, retries = "inbox_duplicates_total", "amqp_consumer_retries_total"
+	scraped, err := a.probe.Counters(ctx, dups, retries)
+	if err != nil {
+		c.Notes = append(c.Notes, err.Error())
+	}
+	for _, con := range contracts.Consumers() {
+		var d Detail
+		if v, ok := scraped[con.Name]; ok {
+			dv, rv := v[dups], v[retries]
+			d.DuplicatesSkipped, d.Retries = &dv, &rv
+			c.DuplicatesSkipped = add(c.DuplicatesSkipped, dv)
+			c.Retries = add(c.Retries, rv)
+		}
+		if n, ok := a.deadLetters(ctx, con, c); ok {
+			d.DeadLetters = &n
+			total := n
+			if c.DeadLetters != nil {
+				total += *c.DeadLetters
+			}
+			c.DeadLetters = &total
+		}
+		c.PerConsumer[con.Name] = d
+	}
+	return b, nil
+}
+
+// deadLetters counts consumer con's messages in its dead-letter queue: its unresolved
+// dead_letter rows, or, for a database without that table, the queue's depth read
+// with a passive declare.
+func (a *API) deadLetters(ctx context.Context, con contracts.Consumer, c *Counters) (int, bool) {
+	n, ok, err := a.st.UnresolvedDeadLetters(ctx, con.Name)
+	if err == nil && ok {
+		return n, true
+	}
+	if err != nil {
+		c.Notes = append(c.Notes, err.Error())
+	}
+	depths, err := a.probe.QueueDepths(ctx, con.DeadLetterQueue)
+	if err != nil {
+		c.Notes = append(c.Notes, "dead letters of "+con.Name+": "+err.Error())
+		return 0, false
+	}
+	return depths[con.DeadLetterQueue], true
+}
+
+func add(p *float64, v float64) *float64 {
+	if p != nil {
+		v += *p
+	}
+	return &v
+}
+
+// writeError is the one place that turns an error into a response: not found is a
+// 404, a cancelled request a 503, anything else is logged and answered with a 500 that
+// reveals nothing internal.
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, auditor.ErrNotFound):
+		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusNotFound, err.Error()))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "the request was cancelled"))
+	default:
+		a.logger.ErrorContext(r.Context(), "auditor request failed",
+			slog.String("path", r.URL.Path), slog.Any("error", err))
+		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusInternalServerError, "an unexpected error occurred"))
+	}
+}

@@ -1,0 +1,385 @@
+package auditor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"example.com/shop/contracts"
+	"example.com/shop/services/auditor/internal/store"
+)
+
+// Config tunes the continuous audit.
+type Config struct {
+	// Interval is the time between two audit cycles (AUDIT_INTERVAL).
+	Interval time.Duration
+	// Grace is how long after its publication an event may still be on its way (in
+	// flight or in a retry queue) before a consumer without its key counts it as
+	// unaccounted (AUDIT_GRACE). Choose it above the longest retry delay.
+	Grace time.Duration
+	// Window is how far back each cycle re-checks events already audited, so a key
+	// that disappears after the audit first saw it is still found (AUDIT_WINDOW).
+	Window time.Duration
+	// PageSize is the number of outbox rows one query reads (default 500).
+	PageSize int
+	// PagesPerCycle bounds the pages each pass reads in one cycle (default 20), so a
+	// large backlog is caught up over several cycles instead of in one burst.
+	PagesPerCycle int
+}
+
+// Finding is a published event that a consumer neither processed nor dead-lettered
+// within the grace period.
+type Finding struct {
+	EventID     uuid.UUID `json:"event_id"`
+	EventName   string    `json:"event_name"`
+	OrderID     uuid.UUID `json:"order_id"`
+	PublishedAt time.Time `json:"published_at"`
+	Consumers   []string  `json:"consumers"`
+	FirstSeen   time.Time `json:"first_seen"`
+}
+
+// Report is the audit's state after its last cycle.
+type Report struct {
+	// Unaccounted counts, per consumer, the events it misses now.
+	Unaccounted map[string]int `json:"unaccounted"`
+	// UnaccountedTotal is the number of distinct events some consumer misses.
+	UnaccountedTotal int `json:"unaccounted_total"`
+	// Events lists the findings, oldest event first (at most 100).
+	Events []Finding `json:"events"`
+	// Audited counts the published events the forward pass has checked since start.
+	Audited int64 `json:"audited"`
+	// LagSeconds is the age of the oldest outbox event the audit has not checked yet
+	// (0 when it has checked them all).
+	LagSeconds float64 `json:"lag_seconds"`
+	// Cycles counts completed cycles; LastCycleAt is when the last one ended.
+	Cycles      int64     `json:"cycles"`
+	LastCycleAt time.Time `json:"last_cycle_at"`
+	// LastError is the error of the last cycle, empty when it succeeded.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// maxRecheckFindings bounds the findings older than the window re-read in one cycle.
+const maxRecheckFindings = 1000
+
+// Audit checks, again and again, that every published event reached every consumer
+// that should receive it (docs/architecture.md rule 3: a key, or a dead letter).
+//
+// Each cycle makes three bounded passes over the order database's outbox, walking
+// its UUID v7 primary key:
+//   - forward: from the cursor, pages of events that occurred and were published more
+//     than Grace ago; it stops at the first event that is not, so an event the relay
+//     publishes late is checked once it is;
+//   - window: the events of the last Window behind the cursor, again, one part per
+//     cycle, so a key deleted after the first check is found;
+//   - findings older than the window, re-read by id until accounted for.
+//
+// The cursor starts at the outbox's first row: a fresh auditor audits everything the
+// outbox still holds, PagesPerCycle pages per cycle. An event whose transaction
+// commits after the cursor has passed its id and after the window has passed it
+// too (a transaction open longer than Window) is not audited.
+//
+// Audit is safe for concurrent use: Run writes, Report reads.
+type Audit struct {
+	st     *store.Store
+	cfg    Config
+	logger *slog.Logger
+	now    func() time.Time
+
+	unaccounted *prometheus.GaugeVec
+	lag         prometheus.Gauge
+	audited     prometheus.Counter
+	failures    prometheus.Counter
+	duration    prometheus.Histogram
+
+	mu       sync.Mutex
+	cursor   uuid.UUID // last id the forward pass checked
+	recheck  uuid.UUID // last id the window pass checked
+	findings map[uuid.UUID]*Finding
+	report   Report
+}
+
+// New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
+// delivery_audit_lag_seconds, delivery_audited_events_total,
+// delivery_audit_failures_total and delivery_audit_cycle_seconds. Zero PageSize and PagesPerCycle take their defaults.
+func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Audit, error) {
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 500
+	}
+	if cfg.PagesPerCycle <= 0 {
+		cfg.PagesPerCycle = 20
+	}
+	if cfg.Interval <= 0 || cfg.Grace <= 0 || cfg.Window <= 0 {
+		return nil, fmt.Errorf("audit: interval, grace and window must be positive")
+	}
+	a := &Audit{
+		st: st, cfg: cfg, logger: logger, now: time.Now,
+		unaccounted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delivery_unaccounted_events",
+			Help: "Published events older than AUDIT_GRACE that the consumer has neither processed nor dead-lettered.",
+		}, []string{"consumer"}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delivery_audit_lag_seconds",
+			Help: "Age in seconds of the oldest outbox event the audit has not checked yet (0 when none).",
+		}),
+		audited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "delivery_audited_events_total",
+			Help: "Published events checked by the audit's forward pass.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "delivery_audit_failures_total",
+			Help: "Audit cycles that failed (a database did not answer); the next cycle resumes where it stopped.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delivery_audit_cycle_seconds",
+			Help:    "Time one audit cycle takes, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		findings: map[uuid.UUID]*Finding{},
+	}
+	for _, c := range []prometheus.Collector{a.unaccounted, a.lag, a.audited, a.failures, a.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("audit metrics: %w", err)
+		}
+	}
+	a.report.Unaccounted = map[string]int{}
+	for _, c := range contracts.Consumers() {
+		a.unaccounted.WithLabelValues(c.Name).Set(0)
+		a.report.Unaccounted[c.Name] = 0
+	}
+	return a, nil
+}
+
+// Run runs a cycle at once and then every Interval until ctx ends; it returns nil
+// then. A failed cycle is logged and counted; the next one resumes from the cursor.
+func (a *Audit) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := a.Cycle(ctx); err != nil && ctx.Err() == nil {
+			a.failures.Inc()
+			a.logger.WarnContext(ctx, "audit cycle failed", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Cycle runs the three passes once and updates the metrics and the report.
+func (a *Audit) Cycle(ctx context.Context) error {
+	now := a.now()
+	err := a.cycle(ctx, now)
+	a.duration.Observe(a.now().Sub(now).Seconds())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.report.Cycles++
+	a.report.LastCycleAt = now
+	a.report.LastError = ""
+	if err != nil {
+		a.report.LastError = err.Error()
+	}
+	a.publishLocked()
+	return err
+}
+
+func (a *Audit) cycle(ctx context.Context, now time.Time) error {
+	settled := now.Add(-a.cfg.Grace)
+	a.mu.Lock()
+	cursor, recheck := a.cursor, a.recheck
+	a.mu.Unlock()
+
+	// Forward pass.
+	for range a.cfg.PagesPerCycle {
+		rows, err := a.st.OutboxPage(ctx, cursor, maxID(settled), a.cfg.PageSize)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, r := range rows {
+			if r.PublishedAt == nil || r.PublishedAt.After(settled) {
+				break
+			}
+			n++
+		}
+		if n > 0 {
+			if err := a.check(ctx, rows[:n], now); err != nil {
+				return err
+			}
+			cursor = rows[n-1].ID
+			a.mu.Lock()
+			a.cursor = cursor
+			a.report.Audited += int64(n)
+			a.mu.Unlock()
+			a.audited.Add(float64(n))
+		}
+		if n < len(rows) || len(rows) < a.cfg.PageSize {
+			break
+		}
+	}
+
+	// Window pass: part of the window per cycle, wrapping to its start.
+	start := minID(now.Add(-a.cfg.Window))
+	if compare(recheck, start) < 0 || compare(recheck, cursor) >= 0 {
+		recheck = start
+	}
+	for range a.cfg.PagesPerCycle {
+		rows, err := a.st.OutboxPage(ctx, recheck, cursor, a.cfg.PageSize)
+		if err != nil {
+			return err
+		}
+		var ready []store.OutboxRow
+		for _, r := range rows {
+			if r.PublishedAt != nil && !r.PublishedAt.After(settled) {
+				ready = append(ready, r)
+			}
+		}
+		if err := a.check(ctx, ready, now); err != nil {
+			return err
+		}
+		if len(rows) < a.cfg.PageSize {
+			recheck = start // the whole window is done: start again next cycle
+			break
+		}
+		recheck = rows[len(rows)-1].ID
+	}
+	a.mu.Lock()
+	a.recheck = recheck
+	var old []uuid.UUID
+	for id := range a.findings {
+		if compare(id, start) < 0 && len(old) < maxRecheckFindings {
+			old = append(old, id)
+		}
+	}
+	a.mu.Unlock()
+
+	// Findings older than the window.
+	if len(old) > 0 {
+		rows, err := a.st.OutboxByIDs(ctx, old)
+		if err != nil {
+			return err
+		}
+		if err := a.check(ctx, rows, now); err != nil {
+			return err
+		}
+		a.forgetMissing(old, rows)
+	}
+
+	lag := 0.0
+	at, ok, err := a.st.FirstAfter(ctx, cursor)
+	if err != nil {
+		return err
+	}
+	if ok {
+		lag = max(now.Sub(at).Seconds(), 0)
+	}
+	a.lag.Set(lag)
+	a.mu.Lock()
+	a.report.LagSeconds = lag
+	a.mu.Unlock()
+	return nil
+}
+
+// check classifies the rows' deliveries and records or clears their findings.
+func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ds, err := deliveries(ctx, a.st, rows, now, a.cfg.Grace)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range rows {
+		var missing []string
+		for _, d := range ds[r.ID] {
+			if d.State == StateMissing {
+				missing = append(missing, d.Consumer)
+			}
+		}
+		if len(missing) == 0 {
+			delete(a.findings, r.ID)
+			continue
+		}
+		f := a.findings[r.ID]
+		if f == nil {
+			f = &Finding{EventID: r.ID, EventName: r.EventName, OrderID: r.OrderID, PublishedAt: *r.PublishedAt, FirstSeen: now}
+			a.findings[r.ID] = f
+			a.logger.WarnContext(ctx, "unaccounted event", slog.String("event_id", r.ID.String()),
+				slog.String("event_name", r.EventName), slog.Any("consumers", missing))
+		}
+		f.Consumers = missing
+	}
+	return nil
+}
+
+// forgetMissing drops the findings among ids whose outbox row is gone (purged).
+func (a *Audit) forgetMissing(ids []uuid.UUID, rows []store.OutboxRow) {
+	seen := make(map[uuid.UUID]bool, len(rows))
+	for _, r := range rows {
+		seen[r.ID] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		if !seen[id] {
+			delete(a.findings, id)
+		}
+	}
+}
+
+// publishLocked sets the gauges and the report from the findings.
+func (a *Audit) publishLocked() {
+	counts := map[string]int{}
+	for _, c := range contracts.Consumers() {
+		counts[c.Name] = 0
+	}
+	events := make([]Finding, 0, len(a.findings))
+	for _, f := range a.findings {
+		for _, c := range f.Consumers {
+			counts[c]++
+		}
+		events = append(events, *f)
+	}
+	slices.SortFunc(events, func(x, y Finding) int { return compare(x.EventID, y.EventID) })
+	for c, n := range counts {
+		a.unaccounted.WithLabelValues(c).Set(float64(n))
+	}
+	a.report.Unaccounted = counts
+	a.report.UnaccountedTotal = len(events)
+	a.report.Events = events[:min(len(events), 100)]
+}
+
+// Report returns a copy of the audit's state after its last cycle.
+func (a *Audit) Report() Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.report
+	r.Unaccounted = make(map[string]int, len(a.report.Unaccounted))
+	for k, v := range a.report.Unaccounted {
+		r.Unaccounted[k] = v
+	}
+	r.Events = slices.Clone(a.report.Events)
+	return r
+}
+
+// Cursor returns the id of the last event the forward pass checked.
+func (a *Audit) Cursor() uuid.UUID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cursor
+}
+
+// Grace returns the configured grace period.
+func (a *Audit) Grace() time.Duration { return a.cfg.Grace }
+
+func compare(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) }
