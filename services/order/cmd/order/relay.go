@@ -31,6 +31,9 @@ import (
 //	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway, and after a failed batch (default 1s)
 //	RELAY_CONFIRM_TIMEOUT  bound on publishing one batch, confirms included (default 5s)
 //	RELAY_MODE             pipelined (default) or one-at-a-time
+//	RELAY_DECLARE_QUEUES   also declare the consumers' queues (default true); false declares
+//	                       only the exchanges and the unroutable queue, for a broker user that
+//	                       may not read the consumers' queues (deploy/rabbitmq/definitions.json)
 //	LOG_LEVEL              debug, info, warn or error (default info)
 type relayConfig struct {
 	DatabaseURL string
@@ -38,6 +41,8 @@ type relayConfig struct {
 	HTTPAddr    string
 	LogLevel    slog.Level
 	Relay       outbox.RelayConfig
+	// DeclareQueues: declare amqp.DefaultTopology's queues, not only its exchanges.
+	DeclareQueues bool
 }
 
 // loadRelayConfig reads relayConfig through getenv. The error names every bad variable.
@@ -48,6 +53,8 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:    env.String("HTTP_ADDR", config.DefaultRelayHTTPAddr),
 		LogLevel:    logLevel(env),
+		// Declaring a queue with a dead-letter exchange needs the right to read it.
+		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
 			BatchSize:      env.PositiveInt("RELAY_BATCH_SIZE", outbox.DefaultBatchSize),
 			PollInterval:   env.PositiveDuration("RELAY_POLL_INTERVAL", outbox.DefaultPollInterval),
@@ -133,6 +140,9 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		db.Store(pool)
 
 		topo := amqp.DefaultTopology()
+		if !cfg.DeclareQueues {
+			topo.Queues = nil
+		}
 		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
 		if err != nil {
 			if ctx.Err() != nil {
