@@ -286,7 +286,8 @@ func (a *Admin) AddUsers(ctx context.Context, vhost string, users []User) error 
 	}
 	acting := erlangBinary(a.user)
 	code := fmt.Sprintf(`lists:foreach(fun({U, P, C, W, R}) -> `+
-		`_ = rabbit_auth_backend_internal:add_user(U, P, %[1]s), `+
+		`case rabbit_auth_backend_internal:lookup_user(U) of {ok, _} -> ok; `+
+		`_ -> catch rabbit_auth_backend_internal:add_user(U, P, %[1]s) end, `+
 		`ok = rabbit_auth_backend_internal:change_password(U, P, %[1]s), `+
 		`ok = rabbit_auth_backend_internal:set_permissions(U, %[2]s, C, W, R, %[1]s) end, [%[3]s]), ok.`,
 		acting, erlangBinary(vhost), strings.Join(tuples, ", "))
