@@ -1,8 +1,8 @@
--- What the shipping consumer dead-lettered and why (docs/operations.md, "Dead letters").
+-- What a consumer dead-lettered and why (docs/operations.md, "Dead letters").
 -- The consumer writes a row before it publishes the dead-lettered copy, so a
--- message in shipping.events.dlq always has its row; a crash in between leaves at
--- worst a row for a message that is still in shipping.events and comes again.
--- `shipping dlq replay` and `shipping dlq drop` set resolved_at and resolution.
+-- message in its dead-letter queue always has its row; a crash in between leaves at
+-- worst a row for a message that is still in its queue and comes again.
+-- `dlq replay` and `dlq drop` set resolved_at and resolution.
 
 -- +goose Up
 CREATE TABLE dead_letter (

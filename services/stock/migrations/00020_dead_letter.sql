@@ -1,8 +1,8 @@
--- What the stock consumer dead-lettered and why (docs/operations.md, "Dead letters").
+-- What a consumer dead-lettered and why (docs/operations.md, "Dead letters").
 -- The consumer writes a row before it publishes the dead-lettered copy, so a
--- message in stock.events.dlq always has its row; a crash in between leaves at
--- worst a row for a message that is still in stock.events and comes again.
--- `stock dlq replay` and `stock dlq drop` set resolved_at and resolution.
+-- message in its dead-letter queue always has its row; a crash in between leaves at
+-- worst a row for a message that is still in its queue and comes again.
+-- `dlq replay` and `dlq drop` set resolved_at and resolution.
 
 -- +goose Up
 CREATE TABLE dead_letter (
