@@ -78,6 +78,10 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	if len(args) == 0 {
 		return errors.New("usage: " + Usage)
 	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stdout, "usage: "+Usage)
+		return nil
+	}
 	fs := flag.NewFlagSet("dlq "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "list: print a JSON array")
@@ -85,6 +89,10 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	force := fs.Bool("force", false, "replay: also messages older than the inbox purge horizon, or without an event_id")
 	all := fs.Bool("all", false, "replay: every message")
 	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: "+Usage)
+			return nil
+		}
 		return err
 	}
 	ids := fs.Args()

@@ -332,6 +332,16 @@ func TestBadArguments(t *testing.T) {
 	}
 }
 
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"--help"}, {"replay", "-h"}} {
+		var out bytes.Buffer
+		if err := Run(t.Context(), Config{}, args, &out, io.Discard); err != nil || !strings.Contains(out.String(), "dlq replay") {
+			t.Errorf("dlq %v = %q, %v", args, out.String(), err)
+		}
+	}
+}
+
 func TestIdentify(t *testing.T) {
 	t.Parallel()
 	id := uuid.Must(uuid.NewV7())
