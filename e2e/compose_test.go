@@ -69,12 +69,12 @@ func TestComposeFile(t *testing.T) {
 
 	subcommands := map[string][]string{
 		"order":    {"serve", "relay", "migrate", "purge-outbox"},
-		"stock":    {"serve", "migrate", "purge-inbox"},
-		"shipping": {"serve", "migrate", "purge-inbox"},
+		"stock":    {"serve", "migrate", "purge-inbox", "dlq"},
+		"shipping": {"serve", "migrate", "purge-inbox", "dlq"},
 	}
 	needs := func(prog, sub string) []string {
 		db := strings.ToUpper(prog) + "_DATABASE_URL"
-		if (prog == "order" && sub == "relay") || (prog != "order" && sub == "serve") {
+		if (prog == "order" && sub == "relay") || (prog != "order" && (sub == "serve" || sub == "dlq")) {
 			return []string{db, "AMQP_URL"}
 		}
 		return []string{db}
@@ -83,7 +83,8 @@ func TestComposeFile(t *testing.T) {
 	seen := map[string]bool{}
 	for name, svc := range project.Services {
 		image := svc.Image
-		if strings.HasPrefix(image, "postgres") || strings.HasPrefix(image, "rabbitmq") {
+		if strings.HasPrefix(image, "postgres") || strings.HasPrefix(image, "rabbitmq") ||
+			strings.HasPrefix(image, "prom/prometheus") || strings.HasPrefix(image, "grafana/grafana") {
 			continue // a third-party image reads its own variables
 		}
 		cmd := append(append([]string{}, svc.Entrypoint...), svc.Command...)

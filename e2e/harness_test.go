@@ -85,7 +85,8 @@ func fastRetries() []string {
 }
 
 // newShop migrates three fresh databases, makes a fresh vhost, starts the
-// four processes and waits until they are ready. Everything is stopped and
+// four processes, each under its own database role and broker user
+// (leastPrivilege), and waits until they are ready. Everything is stopped and
 // dropped when the test ends; on failure the processes' last output is
 // logged.
 func newShop(t *testing.T, opt options) *shop {
@@ -93,7 +94,7 @@ func newShop(t *testing.T, opt options) *shop {
 	orderURL := testkit.EmptyDatabaseURL(t)
 	stockURL := testkit.EmptyDatabaseURL(t)
 	shippingURL := testkit.EmptyDatabaseURL(t)
-	amqpURL := testkit.NewVhost(t)
+	amqpURL, brokerURLs := testkit.NewVhostWithUsers(t, brokerUsers(t))
 
 	cfg := system.Config{
 		BinDir:        os.Getenv(binDirEnv),
@@ -102,12 +103,12 @@ func newShop(t *testing.T, opt options) *shop {
 		ShippingDBURL: shippingURL,
 		AMQPURL:       amqpURL,
 		Env:           append(fastRetries(), opt.env[""]...),
-		ProcessEnv:    map[string][]string{},
+		ProcessEnv:    leastPrivilege(t, orderURL, stockURL, shippingURL, brokerURLs),
 		Auditor:       opt.auditor,
 	}
 	for name, kv := range opt.env {
 		if name != "" {
-			cfg.ProcessEnv[name] = kv
+			cfg.ProcessEnv[name] = append(cfg.ProcessEnv[name], kv...)
 		}
 	}
 	if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {

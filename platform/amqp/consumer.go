@@ -102,6 +102,13 @@ type ConsumerConfig struct {
 	// the broker blocks a connection that publishes during a resource alarm,
 	// and with it the acks of every delivery on that connection.
 	RetryConn *Connection
+	// DeadLetterQueue, when set, is where failed deliveries are dead-lettered
+	// as copies carrying why (see deadLetter); empty rejects them to the
+	// queue's dead-letter exchange instead, without those headers.
+	DeadLetterQueue string
+	// OnDeadLetter, when set, is called before a dead-lettered copy is
+	// published (to record it); an error keeps the delivery in its queue.
+	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -142,18 +149,23 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // it came from, after its handler returned:
 //
 //   - nil: ack.
-//   - an error wrapping ErrPermanent: reject without requeue; the queue's
-//     dead-letter exchange moves the message, body and headers intact, to
-//     its dead-letter queue (the broker adds x-death).
+//   - an error wrapping ErrPermanent: dead-lettered at once. With
+//     DeadLetterQueue set, OnDeadLetter records it, a copy (body and
+//     properties intact, headers x-last-error, x-attempt and
+//     x-dead-lettered-at added) is published to DeadLetterQueue with a
+//     confirm, and only then the original is acked; if recording or
+//     publishing fails the original is requeued after the first retry
+//     delay, so nothing is lost. Without DeadLetterQueue it is rejected
+//     without requeue and the queue's dead-letter exchange moves it, body
+//     and headers intact, to its dead-letter queue (the broker adds x-death).
 //   - another error, attempt < MaxAttempts: a copy (same body, properties
 //     and headers, AttemptHeader = attempt+1, persistent) is published to the
 //     retry queue of level min(attempt, levels) through the default exchange
 //     on a confirm-mode channel; after the confirm the original is acked. If
 //     that publish fails the original is requeued (nack), so nothing is lost.
 //     The retry queue's TTL sends the copy back to the queue.
-//   - another error at attempt >= MaxAttempts: reject without requeue, as
-//     for ErrPermanent. The error itself is logged with the message id (a
-//     reject cannot add headers).
+//   - another error at attempt >= MaxAttempts: dead-lettered, as for
+//     ErrPermanent. The error is also logged with the message id.
 //   - an error wrapping ErrUnavailable, or a failed publish of the retry
 //     copy: not an attempt. The consumer pauses: it cancels its
 //     subscription, takes no new delivery, and closes its channel once the
@@ -488,14 +500,10 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		return nil
 	case errors.Is(err, ErrPermanent):
 		c.metrics.failures.Inc()
-		log.Error("permanent failure, dead-lettering", slog.Any("error", err))
-		c.metrics.deadLettered.Inc()
-		settle(log, "reject", d.Reject(false))
+		c.deadLetter(ctx, log.With(slog.String("why", "permanent failure")), d, attempt, err)
 	case attempt >= c.cfg.MaxAttempts || len(c.cfg.RetryDelays) == 0:
 		c.metrics.failures.Inc()
-		log.Error("attempts exhausted, dead-lettering", slog.Any("error", err), slog.Int("max_attempts", c.cfg.MaxAttempts))
-		c.metrics.deadLettered.Inc()
-		settle(log, "reject", d.Reject(false))
+		c.deadLetter(ctx, log.With(slog.String("why", "attempts exhausted"), slog.Int("max_attempts", c.cfg.MaxAttempts)), d, attempt, err)
 	default:
 		c.metrics.failures.Inc()
 		level := min(attempt, len(c.cfg.RetryDelays))
@@ -521,7 +529,13 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 // and waits for the broker's confirm. When the broker returns it (the retry
 // queue is missing), it declares the topology again and tries once more.
 func (c *Consumer) publishRetry(ctx context.Context, queue string, d *amqp091.Delivery, attempt int) error {
-	msg := retryCopy(d, c.cfg.AttemptHeader, attempt+1)
+	return c.publishCopy(ctx, queue, retryCopy(d, c.cfg.AttemptHeader, attempt+1))
+}
+
+// publishCopy publishes msg to queue through the default exchange and waits
+// for the broker's confirm, declaring the topology again once when the
+// broker returns it (the queue is missing).
+func (c *Consumer) publishCopy(ctx context.Context, queue string, msg amqp091.Publishing) error {
 	err := c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
 	if !errors.Is(err, ErrReturned) {
 		return err

@@ -16,6 +16,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
+	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/metrics"
@@ -122,11 +123,18 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 			RetryDelays: cfg.RetryDelays,
 			RetryConn:   retryConn,
 			Probe:       p.Ping,
+			// Dead letters are recorded, then copied with why (package dlq).
+			DeadLetterQueue: spec.Queue.DeadLetterQueue,
+			OnDeadLetter:    dlq.Recorder(p, spec.Name),
 		}, ib.HandleDelivery, logger, reg)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 		consumer.Store(sub)
+		if err := reg.Register(dlq.NewCollector(p, conn, spec.Name,
+			[]string{spec.Queue.DeadLetterQueue, contracts.UnroutableQueue}, logger)); err != nil {
+			return nil, fmt.Errorf("dead-letter metrics: %w", err)
+		}
 		router := httpx.NewRouter(logger, reg, checks...)
 		if spec.Routes != nil {
 			spec.Routes(router, p, logger)
@@ -210,4 +218,13 @@ func purgeInbox(ctx context.Context, spec Spec, cfg Settings, args []string, std
 	}
 	fmt.Fprintf(stdout, "purged %d processed_event keys older than %s in %s\n", n, *olderThan, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// deadLetters runs `dlq list|show|replay|drop` (package dlq) on spec's dead-letter
+// queue, with INBOX_MIN_RETENTION as the horizon past which replay refuses a message.
+func deadLetters(ctx context.Context, spec Spec, cfg Settings, args []string, logger *slog.Logger, stdout, stderr io.Writer) error {
+	return dlq.Run(ctx, dlq.Config{
+		Consumer: spec.Name, Queue: spec.Queue.Name, DeadLetterQueue: spec.Queue.DeadLetterQueue,
+		DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention, Logger: logger,
+	}, args, stdout, stderr)
 }

@@ -1,6 +1,6 @@
 // Package consumerapp runs the binary of a consuming service (bin/stock, bin/shipping):
 // the service describes itself in a Spec, and Run gives it the subcommands serve,
-// migrate and purge-inbox, its settings and its broker topology.
+// migrate, purge-inbox and dlq, its settings and its broker topology.
 package consumerapp
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 )
@@ -101,7 +102,7 @@ func (s Spec) check() error {
 
 // usage is the command line of the service's binary.
 func (s Spec) usage() string {
-	return "usage: " + s.Name + " serve | migrate | purge-inbox --older-than DURATION"
+	return "usage: " + s.Name + " serve | migrate | purge-inbox --older-than DURATION | " + dlq.Usage
 }
 
 // Run is the whole program of a consuming service's binary: args are os.Args,
@@ -111,6 +112,7 @@ func (s Spec) usage() string {
 //	serve                       HTTP (HTTP_ADDR) and the consumer of spec.Queue
 //	migrate                     create the database if missing and apply spec.Migrations
 //	purge-inbox --older-than D  delete the service's processed_event keys older than D
+//	dlq list|show|replay|drop   read, replay or drop the dead-letter queue (package dlq)
 //
 // It returns the usage without a known subcommand, an error naming every variable
 // that cannot be used, a Spec error when spec is incomplete, or the command's error.
@@ -134,6 +136,8 @@ func Run(ctx context.Context, spec Spec, args []string, getenv func(string) stri
 		return migrateDB(ctx, spec, cfg, stdout)
 	case "purge-inbox":
 		return purgeInbox(ctx, spec, cfg, args[2:], stdout, stderr)
+	case "dlq":
+		return deadLetters(ctx, spec, cfg, args[2:], logger, stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q; %s", cmd, spec.usage())
 	}

@@ -90,6 +90,7 @@ func sampleMigrations(t testing.TB) fs.FS {
 		"00001_processed_event.sql":             "../inbox/testdata/migrations/00001_processed_event.sql",
 		"00002_seen.sql":                        "testdata/00002_seen.sql",
 		"00010_processed_event_message_key.sql": "../inbox/testdata/migrations/00010_processed_event_message_key.sql",
+		"00003_dead_letter.sql":                 "../dlq/testdata/00003_dead_letter.sql",
 	} {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -177,7 +178,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	if got := out.String(); !strings.Contains(got, "applied 00001 ") || !strings.Contains(got, "applied 00002 ") ||
-		!strings.Contains(got, "sample database is up to date (3 migrations applied now)") {
+		!strings.Contains(got, "sample database is up to date (4 migrations applied now)") {
 		t.Errorf("first migrate said %q", got)
 	}
 	out.Reset()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,27 @@ func CloseConnection(t testing.TB, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// NewVhostWithUsers is NewVhost that also gives each of users (created when missing;
+// RabbitMQ users are node-wide and are kept) its permissions on the new vhost. It
+// returns the vhost's URL for the test's own user and one URL per user, by name.
+func NewVhostWithUsers(t testing.TB, users []rabbitadmin.User) (string, map[string]string) {
+	t.Helper()
+	vhostURL := NewVhost(t)
+	u, err := url.Parse(vhostURL)
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	vhost, _ := url.PathUnescape(strings.TrimPrefix(u.EscapedPath(), "/"))
+	ctx, cancel := bounded()
+	defer cancel()
+	if err := found.mqAdmin.AddUsers(ctx, vhost, users); err != nil {
+		t.Fatalf("testkit: %v (via %s)", err, found.mqAdmin.Via())
+	}
+	urls := make(map[string]string, len(users))
+	for _, user := range users {
+		urls[user.Name] = found.mqAdmin.UserURL(vhost, user)
+	}
+	return vhostURL, urls
 }

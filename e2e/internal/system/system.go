@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -18,7 +19,7 @@ type Config struct {
 	ShippingDBURL string              // SHIPPING_DATABASE_URL
 	AMQPURL       string              // AMQP_URL (may name a vhost)
 	Env           []string            // KEY=VALUE added to every process
-	ProcessEnv    map[string][]string // KEY=VALUE added to one process, by name
+	ProcessEnv    map[string][]string // KEY=VALUE added to one process, by name (its own role and broker user)
 	Addrs         map[string]string   // HTTP address of a process, by name; a free 127.0.0.1 port when absent
 	Standby       bool                // run a second `order relay` ("standby") that contends for the relay's lock
 	Log           io.Writer           // receives every process's output, prefixed; nil to keep it in memory only
@@ -125,11 +126,17 @@ func (s *System) All() []*Process {
 }
 
 // Migrate runs `<bin> migrate` for the three databases, one after another,
-// and returns the first failure with the command's output.
+// and returns the first failure with the command's output. It connects with
+// Config's URLs (the databases' owner), never with a process's own
+// ProcessEnv (which may name a role that cannot create tables).
 func (s *System) Migrate(ctx context.Context) error {
+	env := append(os.Environ(),
+		"ORDER_DATABASE_URL="+s.cfg.OrderDBURL,
+		"STOCK_DATABASE_URL="+s.cfg.StockDBURL,
+		"SHIPPING_DATABASE_URL="+s.cfg.ShippingDBURL)
 	for _, p := range []*Process{s.OrderAPI, s.Stock, s.Shipping} {
 		cmd := exec.CommandContext(ctx, p.Bin, "migrate")
-		cmd.Env = p.cmdEnv()
+		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s migrate: %w: %s", p.Name, err, out)
 		}

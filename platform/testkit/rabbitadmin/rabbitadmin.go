@@ -342,3 +342,54 @@ func erlangBinaries(names []string) string {
 	}
 	return "[" + strings.Join(quoted, ", ") + "]"
 }
+
+// User is a broker user with its permissions on one virtual host: configure, write
+// and read are the regular expressions of RabbitMQ's permission model.
+type User struct {
+	Name, Password         string
+	Configure, Write, Read string
+}
+
+// AddUsers creates each user that is missing (users are node-wide; an existing one
+// keeps its tags), sets its password, and sets its permissions on the virtual host
+// vhost. Without the management API it does them all in one `rabbitmqctl eval`.
+func (a *Admin) AddUsers(ctx context.Context, vhost string, users []User) error {
+	if a.management != "" {
+		for _, u := range users {
+			body := fmt.Sprintf(`{"password":%s,"tags":""}`, strconv.Quote(u.Password))
+			if err := a.call(ctx, http.MethodPut, "/api/users/"+url.PathEscape(u.Name), body); err != nil {
+				return fmt.Errorf("add user %s: %w", u.Name, err)
+			}
+			body = fmt.Sprintf(`{"configure":%s,"write":%s,"read":%s}`,
+				strconv.Quote(u.Configure), strconv.Quote(u.Write), strconv.Quote(u.Read))
+			if err := a.call(ctx, http.MethodPut, "/api/permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(u.Name), body); err != nil {
+				return fmt.Errorf("set permissions of %s: %w", u.Name, err)
+			}
+		}
+		return nil
+	}
+	tuples := make([]string, len(users))
+	for i, u := range users {
+		tuples[i] = "{" + strings.Join([]string{erlangBinary(u.Name), erlangBinary(u.Password),
+			erlangBinary(u.Configure), erlangBinary(u.Write), erlangBinary(u.Read)}, ", ") + "}"
+	}
+	acting := erlangBinary(a.user)
+	code := fmt.Sprintf(`lists:foreach(fun({U, P, C, W, R}) -> `+
+		`case rabbit_auth_backend_internal:lookup_user(U) of {ok, _} -> ok; `+
+		`_ -> catch rabbit_auth_backend_internal:add_user(U, P, %[1]s) end, `+
+		`ok = rabbit_auth_backend_internal:change_password(U, P, %[1]s), `+
+		`ok = rabbit_auth_backend_internal:set_permissions(U, %[2]s, C, W, R, %[1]s) end, [%[3]s]), ok.`,
+		acting, erlangBinary(vhost), strings.Join(tuples, ", "))
+	if err := rabbitmqctl(ctx, "eval", code); err != nil {
+		return fmt.Errorf("add %d users to %s: %w", len(users), vhost, err)
+	}
+	return nil
+}
+
+// UserURL returns the AMQP URL of a with the virtual host vhost and the credentials
+// of user.
+func (a *Admin) UserURL(vhost string, user User) string {
+	u, _ := url.Parse(a.VhostURL(vhost))
+	u.User = url.UserPassword(user.Name, user.Password)
+	return u.String()
+}

@@ -38,16 +38,20 @@ import (
 //	RELAY_LOCK_RETRY       how often a standby tries to take the leader lock (default 1s)
 //	RELAY_LOCK_TIMEOUT     idle_session_timeout of the leader's lock session: a frozen leader loses the lock after it (default 5s)
 //	RELAY_LOCK_KEEPALIVE   how often the leader pings its lock session; at most half of RELAY_LOCK_TIMEOUT (default 1s)
+//	RELAY_DECLARE_QUEUES   also declare the consumers' queues (default true); false declares
+//	                       only the exchanges and the unroutable queue, for a broker user that
+//	                       may not read the consumers' queues (deploy/rabbitmq/definitions.json)
+//	LOG_LEVEL              debug, info, warn or error (default info)
 //
 // Durations are Go durations such as 500ms, 5s or 1m.
-//
-//	LOG_LEVEL              debug, info, warn or error (default info)
 type relayConfig struct {
 	DatabaseURL string
 	AMQPURL     string
 	HTTPAddr    string
 	LogLevel    slog.Level
 	Relay       outbox.RelayConfig
+	// DeclareQueues: declare amqp.DefaultTopology's queues, not only its exchanges.
+	DeclareQueues bool
 }
 
 // loadRelayConfig reads relayConfig through getenv. The error names every bad variable.
@@ -58,6 +62,8 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:    env.String("HTTP_ADDR", config.DefaultRelayHTTPAddr),
 		LogLevel:    logLevel(env),
+		// Declaring a queue with a dead-letter exchange needs the right to read it.
+		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
 			BatchSize:      env.PositiveInt("RELAY_BATCH_SIZE", outbox.DefaultBatchSize),
 			PollInterval:   env.PositiveDuration("RELAY_POLL_INTERVAL", outbox.DefaultPollInterval),
@@ -160,6 +166,9 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		db.Store(pool)
 
 		topo := amqp.DefaultTopology()
+		if !cfg.DeclareQueues {
+			topo.Queues = nil
+		}
 		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
 		if err != nil {
 			if ctx.Err() != nil {

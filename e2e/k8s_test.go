@@ -1,0 +1,284 @@
+package e2e_test
+
+import (
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests is deploy/k8s rendered and decoded.
+type manifests struct {
+	deployments     []appsv1.Deployment
+	services        []corev1.Service
+	configMaps      map[string]corev1.ConfigMap
+	secret          corev1.Secret
+	jobs            []batchv1.Job
+	cronJobs        []batchv1.CronJob
+	pdbs            []policyv1.PodDisruptionBudget
+	networkPolicies []networkingv1.NetworkPolicy
+	serviceMonitors []monitoringv1.ServiceMonitor
+	rules           []monitoringv1.PrometheusRule
+}
+
+// render builds deploy/k8s with kustomize (the library behind `kubectl apply -k`, on
+// the local files only) and decodes every resource strictly into its Go API type: an
+// unknown field, a wrong type or an unknown kind fails the test.
+func render(t *testing.T) manifests {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../deploy/k8s")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/k8s: %v", err)
+	}
+	m := manifests{configMaps: map[string]corev1.ConfigMap{}}
+	for _, r := range resources.Resources() {
+		raw, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetNamespace() != "shop" && r.GetKind() != "Namespace" {
+			t.Errorf("%s %s is in namespace %q, want shop", r.GetKind(), r.GetName(), r.GetNamespace())
+		}
+		decode := func(into any) {
+			if err := yaml.UnmarshalStrict(raw, into); err != nil {
+				t.Errorf("%s %s: %v", r.GetKind(), r.GetName(), err)
+			}
+		}
+		switch r.GetKind() {
+		case "Namespace":
+			decode(&corev1.Namespace{})
+		case "Deployment":
+			var d appsv1.Deployment
+			decode(&d)
+			m.deployments = append(m.deployments, d)
+		case "Service":
+			var s corev1.Service
+			decode(&s)
+			m.services = append(m.services, s)
+		case "ConfigMap":
+			var c corev1.ConfigMap
+			decode(&c)
+			m.configMaps[c.Name] = c
+		case "Secret":
+			decode(&m.secret)
+		case "Job":
+			var j batchv1.Job
+			decode(&j)
+			m.jobs = append(m.jobs, j)
+		case "CronJob":
+			var c batchv1.CronJob
+			decode(&c)
+			m.cronJobs = append(m.cronJobs, c)
+		case "PodDisruptionBudget":
+			var p policyv1.PodDisruptionBudget
+			decode(&p)
+			m.pdbs = append(m.pdbs, p)
+		case "NetworkPolicy":
+			var n networkingv1.NetworkPolicy
+			decode(&n)
+			m.networkPolicies = append(m.networkPolicies, n)
+		case "ServiceMonitor":
+			var s monitoringv1.ServiceMonitor
+			decode(&s)
+			m.serviceMonitors = append(m.serviceMonitors, s)
+		case "PrometheusRule":
+			var p monitoringv1.PrometheusRule
+			decode(&p)
+			m.rules = append(m.rules, p)
+		default:
+			t.Errorf("unexpected kind %s (%s)", r.GetKind(), r.GetName())
+		}
+	}
+	return m
+}
+
+// TestKubernetesManifests renders deploy/k8s and checks what a cluster operator
+// expects: every pod non-root with a read-only root file system, no privilege
+// escalation and resource requests and limits; every process under its own database
+// role and broker user, the relay directly on PostgreSQL (its session lock); a
+// PodDisruptionBudget, a NetworkPolicy and a scrape for every Deployment behind a
+// default deny; CronJobs for purge-outbox and purge-inbox with horizons no shorter
+// than the replay windows; and the PrometheusRule equal to deploy/prometheus/alerts.yaml.
+func TestKubernetesManifests(t *testing.T) {
+	t.Parallel()
+	m := render(t)
+
+	type pod struct {
+		owner string
+		spec  corev1.PodSpec
+	}
+	var pods []pod
+	for _, d := range m.deployments {
+		pods = append(pods, pod{"Deployment " + d.Name, d.Spec.Template.Spec})
+	}
+	for _, j := range m.jobs {
+		pods = append(pods, pod{"Job " + j.Name, j.Spec.Template.Spec})
+	}
+	for _, c := range m.cronJobs {
+		pods = append(pods, pod{"CronJob " + c.Name, c.Spec.JobTemplate.Spec.Template.Spec})
+	}
+	if len(m.deployments) != 4 || len(m.jobs) != 3 || len(m.cronJobs) != 3 {
+		t.Fatalf("%d deployments, %d jobs, %d cron jobs; want 4, 3, 3", len(m.deployments), len(m.jobs), len(m.cronJobs))
+	}
+	secretKeys := map[string]string{} // env var of a container -> secret key
+	for _, p := range pods {
+		sc := p.spec.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+			t.Errorf("%s: pod must run as a non-root user", p.owner)
+		}
+		if p.spec.AutomountServiceAccountToken == nil || *p.spec.AutomountServiceAccountToken {
+			t.Errorf("%s: mounts a service account token it does not need", p.owner)
+		}
+		for _, c := range p.spec.Containers {
+			csc := c.SecurityContext
+			if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem ||
+				csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation ||
+				csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") {
+				t.Errorf("%s/%s: want a read-only root file system, no privilege escalation, all capabilities dropped", p.owner, c.Name)
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s/%s: want CPU and memory requests and a memory limit", p.owner, c.Name)
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					secretKeys[p.owner+" "+e.Name] = e.ValueFrom.SecretKeyRef.Key
+					if _, ok := m.secret.StringData[e.ValueFrom.SecretKeyRef.Key]; !ok {
+						t.Errorf("%s: %s names secret key %s, which shop-urls lacks", p.owner, e.Name, e.ValueFrom.SecretKeyRef.Key)
+					}
+				}
+			}
+		}
+	}
+
+	// Every process under its own role and user.
+	for env, key := range map[string]string{
+		"Deployment order-api ORDER_DATABASE_URL":            "ORDER_API_DATABASE_URL",
+		"Deployment relay ORDER_DATABASE_URL":                "ORDER_RELAY_DATABASE_URL",
+		"Deployment relay AMQP_URL":                          "RELAY_AMQP_URL",
+		"Deployment stock STOCK_DATABASE_URL":                "STOCK_APP_DATABASE_URL",
+		"Deployment stock AMQP_URL":                          "STOCK_AMQP_URL",
+		"Deployment shipping SHIPPING_DATABASE_URL":          "SHIPPING_APP_DATABASE_URL",
+		"Deployment shipping AMQP_URL":                       "SHIPPING_AMQP_URL",
+		"CronJob purge-outbox ORDER_DATABASE_URL":            "ORDER_MAINTENANCE_DATABASE_URL",
+		"CronJob purge-inbox-stock STOCK_DATABASE_URL":       "STOCK_MAINTENANCE_DATABASE_URL",
+		"CronJob purge-inbox-shipping SHIPPING_DATABASE_URL": "SHIPPING_MAINTENANCE_DATABASE_URL",
+	} {
+		if secretKeys[env] != key {
+			t.Errorf("%s comes from %q, want secret key %s", env, secretKeys[env], key)
+		}
+	}
+	for key, user := range map[string]string{
+		"ORDER_API_DATABASE_URL": "order_api", "ORDER_RELAY_DATABASE_URL": "order_relay",
+		"ORDER_MAINTENANCE_DATABASE_URL": "order_maintenance", "STOCK_APP_DATABASE_URL": "stock_app",
+		"STOCK_MAINTENANCE_DATABASE_URL": "stock_maintenance", "SHIPPING_APP_DATABASE_URL": "shipping_app",
+		"SHIPPING_MAINTENANCE_DATABASE_URL": "shipping_maintenance",
+		"RELAY_AMQP_URL":                    "order-relay", "STOCK_AMQP_URL": "stock", "SHIPPING_AMQP_URL": "shipping",
+	} {
+		if v := m.secret.StringData[key]; !strings.Contains(v, "://"+user+":") {
+			t.Errorf("secret %s = %q, want user %s", key, v, user)
+		}
+	}
+	if v := m.secret.StringData["ORDER_RELAY_DATABASE_URL"]; strings.Contains(v, "pgbouncer") || !strings.Contains(v, ":5432/") {
+		t.Errorf("the relay's URL %q must reach PostgreSQL directly: its leader lock and LISTEN need a session", v)
+	}
+	if v := m.configMaps["relay"].Data["RELAY_DECLARE_QUEUES"]; v != "false" {
+		t.Errorf("relay RELAY_DECLARE_QUEUES = %q, want false (order-relay may not read the consumers' queues)", v)
+	}
+
+	// Disruption budgets, network policies and scrapes.
+	matches := func(sel map[string]string, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	defaultDeny := false
+	for _, np := range m.networkPolicies {
+		if len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.PodSelector.MatchExpressions) == 0 &&
+			len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 && len(np.Spec.PolicyTypes) == 2 {
+			defaultDeny = true
+		}
+	}
+	if !defaultDeny {
+		t.Error("no default-deny NetworkPolicy")
+	}
+	for _, d := range m.deployments {
+		labels := d.Spec.Template.Labels
+		if !slices.ContainsFunc(m.pdbs, func(p policyv1.PodDisruptionBudget) bool {
+			return p.Spec.Selector != nil && matches(p.Spec.Selector.MatchLabels, labels) && p.Spec.MinAvailable != nil
+		}) {
+			t.Errorf("Deployment %s has no PodDisruptionBudget", d.Name)
+		}
+		if !slices.ContainsFunc(m.networkPolicies, func(n networkingv1.NetworkPolicy) bool {
+			return matches(n.Spec.PodSelector.MatchLabels, labels) && len(n.Spec.Egress) > 0
+		}) {
+			t.Errorf("Deployment %s has no NetworkPolicy of its own", d.Name)
+		}
+		if labels["app.kubernetes.io/name"] == "" || d.Spec.Template.Annotations["prometheus.io/scrape"] != "true" {
+			t.Errorf("Deployment %s: no name label or scrape annotation", d.Name)
+		}
+		if len(m.serviceMonitors) != 1 || !slices.Contains(m.serviceMonitors[0].Spec.Selector.MatchExpressions[0].Values, d.Name) {
+			t.Errorf("Deployment %s is not selected by the ServiceMonitor", d.Name)
+		}
+	}
+
+	// Purges, with horizons no shorter than what may still come back.
+	replay := 168 * time.Hour // OUTBOX_REPLAY_HORIZON's default
+	minRetention, err := time.ParseDuration(m.configMaps["stock"].Data["INBOX_MIN_RETENTION"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]struct {
+		command string
+		least   time.Duration
+	}{
+		"purge-outbox":         {"purge-outbox", replay},
+		"purge-inbox-stock":    {"purge-inbox", replay + minRetention},
+		"purge-inbox-shipping": {"purge-inbox", replay + minRetention},
+	} {
+		i := slices.IndexFunc(m.cronJobs, func(c batchv1.CronJob) bool { return c.Name == name })
+		if i < 0 {
+			t.Errorf("no CronJob %s", name)
+			continue
+		}
+		c := m.cronJobs[i]
+		cmd := c.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command
+		if len(cmd) != 4 || cmd[1] != want.command || cmd[2] != "--older-than" {
+			t.Errorf("CronJob %s runs %v", name, cmd)
+			continue
+		}
+		if h, err := time.ParseDuration(cmd[3]); err != nil || h < want.least {
+			t.Errorf("CronJob %s horizon %s, want at least %s", name, cmd[3], want.least)
+		}
+		if c.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+			t.Errorf("CronJob %s may overlap itself", name)
+		}
+	}
+
+	// The PrometheusRule carries exactly deploy/prometheus/alerts.yaml.
+	raw, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file monitoringv1.PrometheusRuleSpec
+	if err := yaml.UnmarshalStrict(raw, &file); err != nil {
+		t.Fatalf("alerts.yaml: %v", err)
+	}
+	if len(m.rules) != 1 || !reflect.DeepEqual(m.rules[0].Spec, file) {
+		t.Error("deploy/k8s/prometheusrule.yaml and deploy/prometheus/alerts.yaml differ; change both")
+	}
+}

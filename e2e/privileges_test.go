@@ -1,0 +1,234 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/rabbitadmin"
+)
+
+// Files of the deployment the suite runs under: every process connects as its own
+// PostgreSQL role and RabbitMQ user, as in docker-compose.yml and deploy/k8s.
+const (
+	rolesSQL        = "../deploy/postgres/roles.sql"
+	definitionsJSON = "../deploy/rabbitmq/definitions.json"
+)
+
+// brokerUsers are the users of deploy/rabbitmq/definitions.json other than guest,
+// with their permissions on the "/" vhost, to be given on a test's vhost. Their
+// password in tests is their name.
+func brokerUsers(t testing.TB) []rabbitadmin.User {
+	t.Helper()
+	raw, err := os.ReadFile(definitionsJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defs struct {
+		Permissions []struct {
+			User, Vhost, Configure, Write, Read string
+		}
+	}
+	if err := json.Unmarshal(raw, &defs); err != nil {
+		t.Fatalf("%s: %v", definitionsJSON, err)
+	}
+	var users []rabbitadmin.User
+	for _, p := range defs.Permissions {
+		if p.User != "guest" && p.Vhost == "/" {
+			users = append(users, rabbitadmin.User{Name: p.User, Password: p.User,
+				Configure: p.Configure, Write: p.Write, Read: p.Read})
+		}
+	}
+	if len(users) != 3 {
+		t.Fatalf("%s: %d users besides guest, want order-relay, stock and shipping", definitionsJSON, len(users))
+	}
+	return users
+}
+
+// leastPrivilege returns, per process of system.New, the URLs that run it under its
+// own role and broker user: order serve as order_api, the relay as order_relay and
+// order-relay (which then declares no consumer queue), stock serve as stock_app and
+// stock, shipping serve as shipping_app and shipping. The databases must be migrated
+// by their owner first (system.Migrate does).
+func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, brokerURLs map[string]string) map[string][]string {
+	t.Helper()
+	testkit.ApplySQLFile(t, rolesSQL)
+	return map[string][]string{
+		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api")},
+		"relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
+			"AMQP_URL=" + brokerURLs["order-relay"], "RELAY_DECLARE_QUEUES=false"},
+		"stock":    {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
+		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"]},
+	}
+}
+
+// TestDatabaseRolesAreLimited migrates the three databases as their owner and checks
+// what each role of deploy/postgres/roles.sql may do: order_api cannot mark an event
+// published nor delete an order; order_relay can neither read nor write orders; the
+// auditor can SELECT every table of the three databases and do nothing else. What
+// each role needs to work is proven by the rest of the suite, which runs under them.
+func TestDatabaseRolesAreLimited(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	urls := map[string]string{
+		"order": testkit.EmptyDatabaseURL(t), "stock": testkit.EmptyDatabaseURL(t), "shipping": testkit.EmptyDatabaseURL(t),
+	}
+	sys, err := system.New(system.Config{BinDir: os.Getenv(binDirEnv),
+		OrderDBURL: urls["order"], StockDBURL: urls["stock"], ShippingDBURL: urls["shipping"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.ApplySQLFile(t, rolesSQL)
+	as := func(db, role string) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, testkit.URLAs(t, urls[db], role))
+		if err != nil {
+			t.Fatalf("connect to %s as %s: %v", db, role, err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	denied := func(conn *pgx.Conn, sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%s: %s: err = %v, want permission denied (42501)", conn.Config().User, sql, err)
+		}
+	}
+	allowed := func(conn *pgx.Conn, sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Errorf("%s: %s: %v", conn.Config().User, sql, err)
+		}
+	}
+
+	api := as("order", "order_api")
+	denied(api, `UPDATE outbox SET published_at = now()`)
+	denied(api, `DELETE FROM orders`)
+	denied(api, `DELETE FROM outbox`)
+	allowed(api, `UPDATE orders SET updated_at = now() WHERE false`)
+
+	relay := as("order", "order_relay")
+	denied(relay, `SELECT count(*) FROM orders`)
+	denied(relay, `UPDATE orders SET updated_at = now()`)
+	denied(relay, `INSERT INTO orders (id, customer_id, status, version, created_at, updated_at)
+		VALUES (gen_random_uuid(), gen_random_uuid(), 'draft', 1, now(), now())`)
+	denied(relay, `UPDATE outbox SET envelope = '{}'`)
+	denied(relay, `DELETE FROM outbox`)
+	allowed(relay, `SELECT id FROM outbox WHERE published_at IS NULL FOR UPDATE SKIP LOCKED`)
+	allowed(relay, `UPDATE outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL WHERE false`)
+
+	denied(as("stock", "stock_app"), `DELETE FROM processed_event`)
+	denied(as("stock", "stock_app"), `UPDATE dead_letter SET resolution = 'dropped'`)
+	allowed(as("stock", "stock_maintenance"), `UPDATE dead_letter SET resolved_at = now(), resolution = 'dropped' WHERE false`)
+	denied(as("stock", "stock_maintenance"), `DELETE FROM reservation`)
+
+	for _, db := range []string{"order", "stock", "shipping"} {
+		auditor := as(db, "auditor")
+		rows, err := auditor.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(tables) < 3 {
+			t.Fatalf("%s tables: %v %v", db, tables, err)
+		}
+		for _, table := range tables {
+			allowed(auditor, `SELECT * FROM `+pgx.Identifier{table}.Sanitize()+` LIMIT 1`)
+			var any bool
+			err := auditor.QueryRow(ctx, `SELECT has_table_privilege($1, 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')`,
+				table).Scan(&any)
+			if err != nil || any {
+				t.Errorf("auditor on %s.%s: a privilege besides SELECT (%v)", db, table, err)
+			}
+		}
+		_, err = auditor.Exec(ctx, `CREATE TABLE auditor_scratch (x int)`)
+		if err == nil {
+			t.Errorf("auditor created a table in %s", db)
+		}
+	}
+}
+
+// TestBrokerUsersAreLimited gives the users of deploy/rabbitmq/definitions.json their
+// permissions on a fresh vhost: each declares its own part of the topology, but stock
+// cannot publish to app.events and order-relay cannot consume stock.events.
+func TestBrokerUsersAreLimited(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	_, urls := testkit.NewVhostWithUsers(t, brokerUsers(t))
+
+	producer := amqp.DefaultTopology()
+	producer.Queues = nil // RELAY_DECLARE_QUEUES=false
+	for user, topo := range map[string]amqp.Topology{
+		"order-relay": producer,
+		"stock":       consumerapp.Topology(amqp.DefaultTopology().Queues[0], []time.Duration{time.Second}),
+		"shipping":    consumerapp.Topology(amqp.DefaultTopology().Queues[1], []time.Duration{time.Second}),
+	} {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		conn, err := amqp.Dial(dctx, urls[user], topo, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s cannot declare its topology: %v", user, err)
+		}
+		_ = conn.Close()
+	}
+
+	refused := func(user, what string, fn func(ch *amqp091.Channel) error) {
+		t.Helper()
+		conn, err := amqp091.Dial(urls[user])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+		err = fn(ch)
+		if err == nil {
+			select {
+			case e := <-closed:
+				if e != nil {
+					err = e
+				}
+			case <-time.After(10 * time.Second):
+			}
+		}
+		var amqpErr *amqp091.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp091.AccessRefused {
+			t.Errorf("%s %s: err = %v, want ACCESS_REFUSED", user, what, err)
+		}
+	}
+	refused("stock", "publishing to app.events", func(ch *amqp091.Channel) error {
+		return ch.PublishWithContext(ctx, contracts.Exchange, contracts.EventOrderPlaced, false, false,
+			amqp091.Publishing{Body: []byte(`{}`)})
+	})
+	refused("order-relay", "consuming stock.events", func(ch *amqp091.Channel) error {
+		_, err := ch.Consume(contracts.QueueStock, "", false, false, false, false, nil)
+		return err
+	})
+	refused("order-relay", "reading stock.events.dlq", func(ch *amqp091.Channel) error {
+		_, _, err := ch.Get(contracts.QueueStockDLQ, false)
+		return err
+	})
+	refused("stock", "consuming shipping.events", func(ch *amqp091.Channel) error {
+		_, err := ch.Consume(contracts.QueueShipping, "", false, false, false, false, nil)
+		return err
+	})
+}
