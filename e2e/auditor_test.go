@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"example.com/shop/platform/testkit"
 )
@@ -168,6 +171,35 @@ func TestAuditorFindsAKeyDeletedByHand(t *testing.T) {
 		t.Fatalf("unaccounted counter %q, want 1", counter)
 	}
 	screenshot(t, browser, "auditor-gap.png")
+
+	// The auditor runs as the role auditor: it can see the gap but neither mend
+	// nor widen it. Its sessions are read-only (25006); a session that turns that
+	// off still lacks the privilege (42501).
+	auditor, err := pgx.Connect(ctx, testkit.URLAs(t, s.dbs.Stock.Config().ConnConfig.ConnString(), "auditor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auditor.Close(context.Background())
+	writes := []string{
+		`INSERT INTO processed_event (consumer, message_key) VALUES ('stock', $1)`,
+		`UPDATE processed_event SET processed_at = now() WHERE message_key <> $1`,
+		`DELETE FROM processed_event WHERE message_key <> $1`,
+	}
+	refused := func(code string) {
+		t.Helper()
+		for _, sql := range writes {
+			_, err := auditor.Exec(ctx, sql, eventID)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != code {
+				t.Errorf("auditor: %s: err = %v, want SQLSTATE %s", sql, err, code)
+			}
+		}
+	}
+	refused("25006") // read_only_sql_transaction
+	if _, err := auditor.Exec(ctx, `SET default_transaction_read_only = off`); err != nil {
+		t.Fatal(err)
+	}
+	refused("42501") // insufficient_privilege
 
 	// Restored (a replay would do it): the audit clears the finding.
 	if _, err := s.dbs.Stock.Exec(ctx, `INSERT INTO processed_event (consumer, message_key) VALUES ('stock', $1)`, eventID); err != nil {

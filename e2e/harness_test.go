@@ -86,7 +86,8 @@ func fastRetries() []string {
 
 // newShop migrates three fresh databases, makes a fresh vhost, starts the
 // four processes, each under its own database role and broker user
-// (leastPrivilege), and waits until they are ready. Everything is stopped and
+// (leastPrivilege; the auditor, when asked for, under the read-only role
+// auditor), and waits until they are ready. Everything is stopped and
 // dropped when the test ends; on failure the processes' last output is
 // logged.
 func newShop(t *testing.T, opt options) *shop {
@@ -105,6 +106,11 @@ func newShop(t *testing.T, opt options) *shop {
 		Env:           append(fastRetries(), opt.env[""]...),
 		ProcessEnv:    leastPrivilege(t, orderURL, stockURL, shippingURL, brokerURLs),
 		Auditor:       opt.auditor,
+		AuditorDBURLs: &system.DBURLs{
+			Order:    testkit.URLAs(t, orderURL, "auditor"),
+			Stock:    testkit.URLAs(t, stockURL, "auditor"),
+			Shipping: testkit.URLAs(t, shippingURL, "auditor"),
+		},
 	}
 	for name, kv := range opt.env {
 		if name != "" {
