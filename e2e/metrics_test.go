@@ -17,8 +17,8 @@ import (
 )
 
 // TestDashboardAndAlertsUseExportedMetrics runs the shop under its least-privilege
-// roles and users, moves one order through it, scrapes /metrics of the four
-// processes, and checks that every metric named by an expression of
+// roles and users with the auditor, moves one order through it, scrapes /metrics of
+// the five processes, and checks that every metric named by an expression of
 // deploy/prometheus/alerts.yaml and deploy/grafana/shop.json is one they export (a
 // histogram's _bucket, _sum and _count included): a renamed metric cannot silently
 // blank a panel or an alert.
@@ -39,7 +39,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		t.Fatalf("only %d metrics found in the alerts and the dashboard", len(used))
 	}
 
-	s := newShop(t, options{})
+	s := newShop(t, options{auditor: true, env: auditorEnv()}) // the auditor exports delivery_*
 	ctx := testkit.Context(t)
 	o := s.createOrder(ctx, 1)
 	s.place(ctx, o.ID, http.StatusOK)
