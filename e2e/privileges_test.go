@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"testing"
@@ -32,27 +31,9 @@ const (
 // password in tests is their name.
 func brokerUsers(t testing.TB) []rabbitadmin.User {
 	t.Helper()
-	raw, err := os.ReadFile(definitionsJSON)
+	users, err := system.BrokerUsers(definitionsJSON)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var defs struct {
-		Permissions []struct {
-			User, Vhost, Configure, Write, Read string
-		}
-	}
-	if err := json.Unmarshal(raw, &defs); err != nil {
-		t.Fatalf("%s: %v", definitionsJSON, err)
-	}
-	var users []rabbitadmin.User
-	for _, p := range defs.Permissions {
-		if p.User != "guest" && p.Vhost == "/" {
-			users = append(users, rabbitadmin.User{Name: p.User, Password: p.User,
-				Configure: p.Configure, Write: p.Write, Read: p.Read})
-		}
-	}
-	if len(users) != 3 {
-		t.Fatalf("%s: %d users besides guest, want order-relay, stock and shipping", definitionsJSON, len(users))
 	}
 	return users
 }

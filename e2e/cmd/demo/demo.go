@@ -115,7 +115,15 @@ func (d *demo) fresh(ctx context.Context) error {
 		}
 	}
 	d.ui.say("dropped demo_orders, demo_stock and demo_shipping (migrate creates them again)")
-	if d.srv.amqpURL, d.srv.vhostNote, err = freshVhost(ctx, d.s.amqpURL, "shop-demo"); err != nil {
+	if err := applyRoles(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL); err != nil {
+		return err
+	}
+	d.ui.say("applied %s: the roles the processes run as", rolesSQL)
+	users, err := system.BrokerUsers(definitionsJSON)
+	if err != nil {
+		return err
+	}
+	if d.srv.amqpURL, d.srv.userURLs, d.srv.vhostNote, err = freshVhost(ctx, d.s.amqpURL, "shop-demo", users); err != nil {
 		return fmt.Errorf("fresh vhost: %w", err)
 	}
 	d.ui.say("%s", d.srv.vhostNote)
@@ -141,9 +149,12 @@ func (d *demo) migrate(ctx context.Context) error {
 		AMQPURL:       d.srv.amqpURL,
 		Addrs:         d.addrs(),
 		Auditor:       true,
-		// A short grace: the demo's events arrive within a second, and its
-		// final question to the auditor should not wait long.
-		ProcessEnv: map[string][]string{"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"}},
+		AuditorDBURLs: &system.DBURLs{
+			Order:    urlAs(d.srv.orderURL, "auditor"),
+			Stock:    urlAs(d.srv.stockURL, "auditor"),
+			Shipping: urlAs(d.srv.shippingURL, "auditor"),
+		},
+		ProcessEnv: d.processEnv(),
 	})
 	if err != nil {
 		return err
@@ -163,6 +174,43 @@ func (d *demo) migrate(ctx context.Context) error {
 	d.ui.say("bin/order migrate, bin/stock migrate, bin/shipping migrate: done")
 	d.dbs, err = check.Open(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL)
 	return err
+}
+
+// processEnv runs each process under its own role, as docker-compose.yml and
+// deploy/k8s do: order serve as order_api, the relay as order_relay, stock as
+// stock_app, shipping as shipping_app (the auditor as auditor: AuditorDBURLs);
+// and, in a fresh vhost, the relay, stock and shipping as the broker users
+// order-relay, stock and shipping. The relay may not declare the consumers'
+// queues then: stock and shipping declare them, and start before any order.
+func (d *demo) processEnv() map[string][]string {
+	env := map[string][]string{
+		"order":    {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_api")},
+		"relay":    {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_relay")},
+		"stock":    {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_app")},
+		"shipping": {"SHIPPING_DATABASE_URL=" + urlAs(d.srv.shippingURL, "shipping_app")},
+		// A short grace: the demo's events arrive within a second, and its
+		// final question to the auditor should not wait long.
+		"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"},
+	}
+	if u := d.srv.userURLs; u != nil {
+		env["relay"] = append(env["relay"], "AMQP_URL="+u["order-relay"], "RELAY_DECLARE_QUEUES=false")
+		env["stock"] = append(env["stock"], "AMQP_URL="+u["stock"])
+		env["shipping"] = append(env["shipping"], "AMQP_URL="+u["shipping"])
+	}
+	return env
+}
+
+// runsAs says which database role and broker user each process runs as.
+func (d *demo) runsAs() string {
+	broker := func(user string) string {
+		if d.srv.userURLs == nil {
+			return ""
+		}
+		return "+" + user
+	}
+	return "order-api as order_api, relay as order_relay" + broker("order-relay") +
+		", stock as stock_app" + broker("stock") + ", shipping as shipping_app" + broker("shipping") +
+		", auditor as auditor (read-only)"
 }
 
 // standardAddrs are the ports the README's examples use.
@@ -196,6 +244,7 @@ func (d *demo) start(ctx context.Context) error {
 	for _, p := range d.sys.All() {
 		d.ui.say("%-9s %-8s ready on http://%s", p.Name, p.Args[0], p.Addr)
 	}
+	d.ui.say("roles (PostgreSQL+RabbitMQ): %s", d.runsAs())
 	d.ui.say("their logs: %s", filepath.Join(d.s.logDir, "*.log"))
 	d.ui.say("live page: http://%s/  (open it now to watch the orders go by)", d.sys.Auditor.Addr)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -16,11 +17,19 @@ import (
 	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
+// The deployment's roles and broker users, relative to the repository root
+// (where `make demo` runs).
+const (
+	rolesSQL        = "deploy/postgres/roles.sql"
+	definitionsJSON = "deploy/rabbitmq/definitions.json"
+)
+
 // servers are the PostgreSQL and RabbitMQ the demo runs on.
 type servers struct {
-	orderURL, stockURL, shippingURL string // the demo databases
-	amqpURL                         string // the demo vhost (or the configured one)
-	vhostNote                       string // how the vhost was obtained, for the user
+	orderURL, stockURL, shippingURL string            // the demo databases, as their owner
+	amqpURL                         string            // the demo vhost (or the configured one), as AMQP_URL's user
+	userURLs                        map[string]string // the demo vhost as order-relay, stock, shipping; nil without one
+	vhostNote                       string            // how the vhost was obtained, for the user
 }
 
 // databaseURL returns u with its database replaced by name.
@@ -142,27 +151,76 @@ func recreateDatabase(ctx context.Context, dbURL string) error {
 }
 
 // freshVhost deletes and re-creates vhost on the broker of amqpURL, grants
-// the URL's user every right on it, and returns the AMQP URL that opens it
-// and a note for the user. It uses the management HTTP API (port 15672, same
-// credentials) when it answers, else rabbitmqctl on this machine. When
-// neither works it returns amqpURL unchanged with a note: the demo then runs
-// in the configured vhost, and purges the queues it reads so that the counts
-// start at zero.
-func freshVhost(ctx context.Context, amqpURL, vhost string) (string, string, error) {
+// the URL's user every right on it, gives users their permissions on it, and
+// returns the AMQP URL that opens it (as amqpURL's user), the URL of each of
+// users by name, and a note for the user. It uses the management HTTP API
+// (port 15672, same credentials) when it answers, else rabbitmqctl on this
+// machine. When neither works it returns amqpURL unchanged, no user URLs and a
+// note: the demo then runs in the configured vhost as its user, and purges the
+// queues it reads so that the counts start at zero.
+func freshVhost(ctx context.Context, amqpURL, vhost string, users []rabbitadmin.User) (string, map[string]string, string, error) {
 	admin, err := rabbitadmin.Detect(ctx, amqpURL)
 	if err != nil {
-		return "", "", fmt.Errorf("AMQP_URL: %w", err)
+		return "", nil, "", fmt.Errorf("AMQP_URL: %w", err)
 	}
 	if admin.Check(ctx) != nil {
-		return amqpURL, "no management API or rabbitmqctl to make a fresh vhost: using AMQP_URL's vhost as it is", nil
+		return amqpURL, nil, "no management API or rabbitmqctl to make a fresh vhost and users: using AMQP_URL's vhost and user as they are", nil
 	}
 	if err := admin.DeleteVhost(ctx, vhost); err != nil {
-		return "", "", err
+		return "", nil, "", err
 	}
 	if err := admin.AddVhost(ctx, vhost); err != nil {
-		return "", "", err
+		return "", nil, "", err
 	}
-	return admin.VhostURL(vhost), fmt.Sprintf("fresh vhost %q (made with %s)", vhost, admin.Via()), nil
+	if err := admin.AddUsers(ctx, vhost, users); err != nil {
+		return "", nil, "", err
+	}
+	urls := make(map[string]string, len(users))
+	for _, u := range users {
+		urls[u.Name] = admin.UserURL(vhost, u)
+	}
+	return admin.VhostURL(vhost), urls, fmt.Sprintf("fresh vhost %q with the users of %s (made with %s)", vhost, definitionsJSON, admin.Via()), nil
+}
+
+// applyRoles runs the re-runnable roles file on the server of each database URL
+// (its "postgres" database), as the URL's user, a superuser.
+func applyRoles(ctx context.Context, dbURLs ...string) error {
+	sql, err := os.ReadFile(rolesSQL)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, u := range dbURLs {
+		admin, err := databaseURL(u, "postgres")
+		if err != nil {
+			return err
+		}
+		if seen[hostOf(u)] {
+			continue
+		}
+		seen[hostOf(u)] = true
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", rolesSQL, err)
+		}
+		_, err = conn.Exec(ctx, string(sql))
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("apply %s on %s: %w", rolesSQL, hostOf(u), err)
+		}
+	}
+	return nil
+}
+
+// urlAs returns dbURL with its user set to role and no password (local trust
+// authentication; a deployment sets the roles' passwords).
+func urlAs(dbURL, role string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	u.User = url.User(role)
+	return u.String()
 }
 
 // purgeQueues empties the named queues that exist, for a run in a shared vhost.
