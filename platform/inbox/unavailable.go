@@ -1,13 +1,12 @@
 package inbox
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"example.com/shop/platform/pg"
 )
 
 // unavailable reports whether err says that the database could not do the work,
@@ -17,30 +16,25 @@ import (
 // failure: the event is simply tried again). Such an error is not the event's fault
 // and must not spend one of its attempts (docs/architecture.md rule 5). Any other
 // error, a constraint violation raised by a handler's statement say, is the event's.
+// It is pg.Unavailable (connection refused or lost, shutdown, timeouts) widened by
+// what a consumer may also wait out: every code of classes 53 and 57P, contention,
+// a read-only standby, a database refusing connections, and what pgx calls safe to
+// retry.
 func unavailable(err error) bool {
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
+	if pg.Unavailable(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"): // connection exception
-			return true
-		case strings.HasPrefix(pgErr.Code, "53"): // insufficient resources (too many connections, disk full)
-			return true
-		case strings.HasPrefix(pgErr.Code, "57P"): // admin or crash shutdown, cannot connect now
-			return true
-		}
 		switch pgErr.Code {
 		case "40001", "40P01", // serialization failure, deadlock detected
 			"25006", // read-only SQL transaction: connected to a standby after a failover
 			"55000": // object not in prerequisite state: the database refuses connections
 			return true
 		}
-		return false
+		// insufficient resources (too many connections, disk full); admin or crash
+		// shutdown, cannot connect now
+		return strings.HasPrefix(pgErr.Code, "53") || strings.HasPrefix(pgErr.Code, "57P")
 	}
-	var netErr net.Error
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
+	return pgconn.SafeToRetry(err)
 }
