@@ -14,6 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrPermanent marks a handler error that no retry can fix (for example a
@@ -109,6 +112,9 @@ type ConsumerConfig struct {
 	// OnDeadLetter, when set, is called before a dead-lettered copy is
 	// published (to record it); an error keeps the delivery in its queue.
 	OnDeadLetter func(ctx context.Context, dl DeadLetter) error
+	// TracerProvider starts the process spans (default: the global one that
+	// telemetry.Setup installs).
+	TracerProvider trace.TracerProvider
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -138,6 +144,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.ProbeTimeout <= 0 {
 		c.ProbeTimeout = 5 * time.Second
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	o := Options{MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff}.withDefaults()
 	c.MinBackoff, c.MaxBackoff = o.MinBackoff, o.MaxBackoff
@@ -186,15 +195,23 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 //
 // Delivery is at least once (DESIGN.md rule 3): a delivery whose ack is lost
 // with its channel comes again, so handlers must be idempotent (the inbox).
+//
+// Each delivery is handled in a CONSUMER span "process <queue>", a child of
+// the traceparent (and tracestate) in its headers, with the OpenTelemetry
+// messaging attributes; the handler's ctx holds it, so its spans and log lines
+// join the producer's trace (docs/architecture.md, "Tracing"). Retried and
+// dead-lettered copies keep the message's headers, and so its traceparent.
 type Consumer struct {
-	conn    *Connection
-	cfg     ConsumerConfig
-	handle  HandlerFunc
-	logger  *slog.Logger
-	metrics consumerMetrics
-	retry   *Publisher
-	running atomic.Bool
-	acked   atomic.Int64 // deliveries acked, to tell a pause that follows progress
+	conn     *Connection
+	cfg      ConsumerConfig
+	handle   HandlerFunc
+	logger   *slog.Logger
+	metrics  consumerMetrics
+	tracer   trace.Tracer
+	spanName string // "process <queue>"
+	retry    *Publisher
+	running  atomic.Bool
+	acked    atomic.Int64 // deliveries acked, to tell a pause that follows progress
 
 	mu       sync.Mutex
 	notReady error // why the consumer is not subscribed, nil when it is
@@ -234,6 +251,8 @@ func NewConsumer(conn *Connection, cfg ConsumerConfig, h HandlerFunc, logger *sl
 		handle:   h,
 		logger:   logger.With(slog.String("consumer", cfg.Name), slog.String("queue", cfg.Queue)),
 		metrics:  m,
+		tracer:   cfg.TracerProvider.Tracer(tracerName),
+		spanName: "process " + cfg.Queue,
 		retry:    NewPublisher(retryConn, ""),
 		notReady: errors.New("not subscribed yet"),
 	}, nil
@@ -473,6 +492,8 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 // and leaves d unsettled, for the broker to requeue when the channel closes.
 func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailable error) {
 	attempt := attemptOf(d.Headers[c.cfg.AttemptHeader])
+	ctx, span := c.startProcess(ctx, d)
+	defer span.End()
 	log := c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
 
 	c.metrics.inFlight.Inc()
@@ -484,19 +505,23 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	})
 	c.metrics.duration.Observe(time.Since(start).Seconds())
 	c.metrics.inFlight.Dec()
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 
 	switch {
 	case err == nil:
 		c.metrics.processed.Inc()
 		c.acked.Add(1)
-		settle(log, "ack", d.Ack(false))
+		settle(ctx, log, "ack", d.Ack(false))
 	case errors.Is(err, ErrUnavailable):
-		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
+		log.WarnContext(ctx, "dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
 		return err
 	case ctx.Err() != nil:
 		// The shutdown grace period is over and cut the handler short: not
 		// the message's fault. Left unsettled, it goes back to the queue.
-		log.Warn("handler stopped by the shutdown; the delivery goes back to the queue", slog.Any("error", err))
+		log.WarnContext(ctx, "handler stopped by the shutdown; the delivery goes back to the queue", slog.Any("error", err))
 		return nil
 	case errors.Is(err, ErrPermanent):
 		c.metrics.failures.Inc()
@@ -513,13 +538,13 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 			// Nothing may be lost and the retry path is infrastructure: the
 			// delivery goes back to its queue as it was and the consumer
 			// pauses until the retry connection is ready again.
-			log.Warn("retry publish failed; the delivery goes back to the queue and the consumer pauses",
+			log.WarnContext(ctx, "retry publish failed; the delivery goes back to the queue and the consumer pauses",
 				slog.Any("error", err), slog.Any("publish_error", perr), slog.Duration("delay", delay))
 			return fmt.Errorf("%w: publish to retry queue %s: %w", ErrUnavailable, queue, perr)
 		}
-		log.Warn("handler failed, retrying later", slog.Any("error", err), slog.String("retry_queue", queue))
+		log.WarnContext(ctx, "handler failed, retrying later", slog.Any("error", err), slog.String("retry_queue", queue))
 		c.metrics.retries.Inc()
-		settle(log, "ack", d.Ack(false))
+		settle(ctx, log, "ack", d.Ack(false))
 	}
 	return nil
 }
@@ -549,7 +574,7 @@ func (c *Consumer) publishCopy(ctx context.Context, queue string, msg amqp091.Pu
 func (c *Consumer) call(ctx context.Context, d Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.logger.Error("handler panic", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			c.logger.ErrorContext(ctx, "handler panic", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
 			err = fmt.Errorf("handler panic: %v", r)
 		}
 	}()
@@ -558,9 +583,9 @@ func (c *Consumer) call(ctx context.Context, d Delivery) (err error) {
 
 // settle logs a failed ack/nack/reject: the channel is gone, so the broker
 // will deliver the message again.
-func settle(log *slog.Logger, op string, err error) {
+func settle(ctx context.Context, log *slog.Logger, op string, err error) {
 	if err != nil {
-		log.Warn("amqp "+op+" failed; the message will be redelivered", slog.Any("error", err))
+		log.WarnContext(ctx, "amqp "+op+" failed; the message will be redelivered", slog.Any("error", err))
 	}
 }
 

@@ -49,9 +49,9 @@ type DeadLetter struct {
 // first retry delay and will be dead-lettered on its next delivery.
 func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.Delivery, attempt int, cause error) {
 	if c.cfg.DeadLetterQueue == "" {
-		log.Error("dead-lettering", slog.Any("error", cause))
+		log.ErrorContext(ctx, "dead-lettering", slog.Any("error", cause))
 		c.metrics.deadLettered.Inc()
-		settle(log, "reject", d.Reject(false))
+		settle(ctx, log, "reject", d.Reject(false))
 		return
 	}
 	dl := DeadLetter{
@@ -69,10 +69,10 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 		if len(c.cfg.RetryDelays) > 0 {
 			delay = c.cfg.RetryDelays[0]
 		}
-		log.Error(msg+"; requeueing after a delay", slog.Any("error", cause), slog.Any("dead_letter_error", err),
+		log.ErrorContext(ctx, msg+"; requeueing after a delay", slog.Any("error", cause), slog.Any("dead_letter_error", err),
 			slog.Duration("delay", delay))
 		_ = sleep(ctx, nil, delay)
-		settle(log, "nack", d.Nack(false, true))
+		settle(ctx, log, "nack", d.Nack(false, true))
 	}
 	if c.cfg.OnDeadLetter != nil {
 		if err := c.cfg.OnDeadLetter(ctx, dl); err != nil {
@@ -87,9 +87,9 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 		requeue("publishing to the dead-letter queue failed", err)
 		return
 	}
-	log.Error("dead-lettered", slog.Any("error", cause), slog.String("dead_letter_queue", c.cfg.DeadLetterQueue))
+	log.ErrorContext(ctx, "dead-lettered", slog.Any("error", cause), slog.String("dead_letter_queue", c.cfg.DeadLetterQueue))
 	c.metrics.deadLettered.Inc()
-	settle(log, "ack", d.Ack(false))
+	settle(ctx, log, "ack", d.Ack(false))
 }
 
 // cut returns s cut to at most n bytes, on a UTF-8 boundary.

@@ -22,6 +22,9 @@ type Message struct {
 	MessageID string
 	// Type is the event name.
 	Type string
+	// CorrelationID is sent as the correlation_id property when set: the
+	// envelope's correlation_id.
+	CorrelationID string
 	// Body is the JSON envelope.
 	Body []byte
 	// Timestamp is sent with one-second resolution; zero means now.
@@ -89,6 +92,9 @@ func NewPublisher(conn *Connection, exchange string) *Publisher {
 	return &Publisher{conn: conn, exchange: exchange, returned: make(map[string]string)}
 }
 
+// Exchange returns the exchange the Publisher publishes to.
+func (p *Publisher) Exchange() string { return p.exchange }
+
 // PublishBatch publishes msgs in order, pipelined: it sends every message
 // without waiting, then waits for the broker's confirms in order.
 // confirmTimeout bounds the whole call, including opening a channel when the
@@ -124,13 +130,14 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTim
 			ts = now
 		}
 		return m.RoutingKey, amqp091.Publishing{
-			Headers:      m.Headers,
-			ContentType:  "application/json",
-			DeliveryMode: amqp091.Persistent,
-			MessageId:    m.MessageID,
-			Timestamp:    ts,
-			Type:         m.Type,
-			Body:         m.Body,
+			Headers:       m.Headers,
+			ContentType:   "application/json",
+			DeliveryMode:  amqp091.Persistent,
+			MessageId:     m.MessageID,
+			CorrelationId: m.CorrelationID,
+			Timestamp:     ts,
+			Type:          m.Type,
+			Body:          m.Body,
 		}
 	}, confirmTimeout)
 }

@@ -18,6 +18,7 @@ import (
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/telemetry"
 )
 
 // Spec is what one consuming service tells Run about itself. Every field but Routes
@@ -129,6 +130,15 @@ func Run(ctx context.Context, spec Spec, args []string, getenv func(string) stri
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, spec.Name)
+	shutdown, err := telemetry.Setup(ctx, spec.Name)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdown(ctx); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
 	switch cmd := args[1]; cmd {
 	case "serve":
 		return serve(ctx, spec, cfg, logger)

@@ -15,6 +15,10 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ReadyTimeout bounds each readiness Check run by GET /readyz (2 s).
@@ -36,9 +40,12 @@ type Check struct {
 	Fn func(ctx context.Context) error
 }
 
-// NewRouter returns a chi router with, outermost first: request ids (chi's RequestID,
-// echoed in the X-Request-Id response header), request metrics and one log line per
-// request, panic recovery answering a 500 problem, and a MaxBodyBytes limit on request
+// NewRouter returns a chi router with, outermost first: an OpenTelemetry SERVER span per
+// request except the probes (otelhttp: it continues an incoming traceparent, and is named
+// "<method> <route pattern>" once the route is known), request ids (chi's RequestID,
+// echoed in the X-Request-Id response header and set on the span as the attribute
+// http.response.header.x-request-id), request metrics and one log line per request (with
+// the request id, trace_id and span_id), panic recovery answering a 500 problem, and a MaxBodyBytes limit on request
 // bodies. It serves:
 //   - GET /healthz: 200 {"status":"ok"} while the process runs;
 //   - GET /readyz: runs every check concurrently, each bounded by ReadyTimeout; 200
@@ -64,6 +71,9 @@ func NewRouter(logger *slog.Logger, reg *prometheus.Registry, checks ...Check) *
 
 	r := chi.NewRouter()
 	r.Use(
+		otelhttp.NewMiddleware("http",
+			otelhttp.WithFilter(func(r *http.Request) bool { return !probe(r.URL.Path) }),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method })),
 		middleware.RequestID,
 		echoRequestID,
 		observe(logger, m),
@@ -92,11 +102,22 @@ func NewRouter(logger *slog.Logger, reg *prometheus.Registry, checks ...Check) *
 	return r
 }
 
-// echoRequestID copies the id set by middleware.RequestID into the response headers.
+// AttrRequestID is the span attribute that holds the request id.
+const AttrRequestID = attribute.Key("http.response.header.x-request-id")
+
+// probe reports whether path is one of the health, readiness and metrics endpoints,
+// which get no span.
+func probe(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
+
+// echoRequestID copies the id set by middleware.RequestID into the response headers
+// and onto the request's span.
 func echoRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := middleware.GetReqID(r.Context()); id != "" {
 			w.Header().Set(HeaderRequestID, id)
+			trace.SpanFromContext(r.Context()).SetAttributes(AttrRequestID.StringSlice([]string{id}))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -202,6 +223,10 @@ func observe(logger *slog.Logger, m requestMetrics) func(http.Handler) http.Hand
 					}
 				}
 				method := methodLabel(r.Method)
+				if span := trace.SpanFromContext(r.Context()); span.IsRecording() && route != routeUnmatched {
+					span.SetName(r.Method + " " + route)
+					span.SetAttributes(semconv.HTTPRoute(route))
+				}
 				code := strconv.Itoa(status)
 				m.requests.WithLabelValues(method, route, code).Inc()
 				m.duration.WithLabelValues(method, route, code).Observe(elapsed.Seconds())

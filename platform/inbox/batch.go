@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/pg"
@@ -62,6 +63,7 @@ type batcher struct {
 }
 
 type request struct {
+	span     trace.Span // the event's inbox span, parent of its handlers' spans
 	env      contracts.Envelope
 	msg      Message
 	handlers []Handler
@@ -87,7 +89,7 @@ func (r *request) finished() bool {
 }
 
 func (b *batcher) submit(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (bool, error) {
-	r := &request{env: env, msg: m, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	r := &request{span: trace.SpanFromContext(ctx), env: env, msg: m, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	lead := b.leaders < b.maxTx
@@ -164,7 +166,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 	c := i.consumer
 	if len(group) == 1 {
 		r := group[0]
-		r.finish(i.processOne(ctx, r.env, r.msg, r.handlers))
+		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.env, r.msg, r.handlers))
 		return
 	}
 	// One key and content hash per distinct key, in key order: the first copy's.
@@ -219,7 +221,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 				continue
 			}
 			delete(fresh, r.msg.Key) // a later copy in this group is a duplicate
-			if err := runHandlers(ctx, tx, r.env, r.handlers); err != nil {
+			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers); err != nil {
 				if isContention(err) {
 					return err // the group's own conflict: every member is redone alone
 				}
@@ -241,7 +243,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 			r.finish(i.record(r.msg.Key, failedErr))
 			continue
 		}
-		r.finish(i.processOne(ctx, r.env, r.msg, r.handlers))
+		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.env, r.msg, r.handlers))
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/logging"
@@ -72,6 +73,8 @@ type Inbox struct {
 	validator *contracts.Validator
 	logger    *slog.Logger
 	batch     *batcher // nil: one transaction per event
+	tracer    trace.Tracer
+	spanName  string // "inbox <consumer>"
 
 	mu       sync.RWMutex
 	handlers map[string][]Handler
@@ -95,6 +98,8 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 		validator: v,
 		logger:    logger.With("consumer", consumer),
 		handlers:  make(map[string][]Handler),
+		tracer:    defaultTracer(),
+		spanName:  "inbox " + consumer,
 	}
 	for _, opt := range opts {
 		opt(i)
@@ -144,6 +149,10 @@ func message(env contracts.Envelope) (Message, error) {
 // with another content, and the handler's or the database's error (wrapped) when the
 // transaction rolled back; the key is then gone with the effect and a later delivery
 // processes env again.
+//
+// The transaction runs in a span "inbox <consumer>", and each handler in a span
+// "handle <event name>" below it, children of the span in ctx (docs/architecture.md,
+// "Tracing").
 func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate bool, err error) {
 	if env.EventID == uuid.Nil {
 		return false, fmt.Errorf("inbox %s: %s: %w", i.consumer.name, env.EventName, ErrNoEventID)
@@ -156,6 +165,8 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 	if err != nil {
 		return false, fmt.Errorf("inbox %s: event %s: %w", i.consumer.name, env.EventID, err)
 	}
+	ctx, span := i.startProcess(ctx, env)
+	defer func() { endSpan(span, duplicate, err) }()
 	if i.batch != nil {
 		return i.batch.submit(ctx, env, m, handlers)
 	}
@@ -165,15 +176,15 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 // processOne handles env in a transaction of its own.
 func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (duplicate bool, err error) {
 	out, err := i.consumer.Handle(ctx, i.pool, m, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		return nil, runHandlers(ctx, tx, env, handlers)
+		return nil, i.runHandlers(ctx, tx, env, handlers)
 	})
 	return out.Duplicate, err
 }
 
 // runHandlers runs every handler of env in tx, stopping at the first error.
-func runHandlers(ctx context.Context, tx pgx.Tx, env contracts.Envelope, handlers []Handler) error {
+func (i *Inbox) runHandlers(ctx context.Context, tx pgx.Tx, env contracts.Envelope, handlers []Handler) error {
 	for n, h := range handlers {
-		if err := h(ctx, tx, env); err != nil {
+		if err := i.runHandler(ctx, tx, env, h); err != nil {
 			return fmt.Errorf("handler %d of %s: %w", n+1, env.EventName, err)
 		}
 	}

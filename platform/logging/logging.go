@@ -17,10 +17,12 @@ const (
 )
 
 // New returns a logger writing one JSON object per record to w, dropping records below
-// level, with the attribute service=service on every record. Safe for concurrent use.
+// level, with the attribute service=service on every record, and trace_id and span_id on
+// every record logged with a context that holds a span (the *Context methods). Safe for
+// concurrent use.
 func New(w io.Writer, level slog.Level, service string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
-	return slog.New(h).With(slog.String(KeyService, service))
+	return slog.New(traceHandler{h}).With(slog.String(KeyService, service))
 }
 
 // WithEvent returns l with the attributes event_id and correlation_id, so every line logged

@@ -2,10 +2,13 @@ package logging_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/platform/logging"
 )
@@ -77,5 +80,33 @@ func TestParseLevel(t *testing.T) {
 	}
 	if _, err := logging.ParseLevel("loud"); err == nil || !strings.Contains(err.Error(), `"loud"`) {
 		t.Errorf("ParseLevel(loud) error = %v, want one naming the value", err)
+	}
+}
+
+func TestLinesInASpanCarryItsIDs(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	l := logging.New(&buf, slog.LevelInfo, "order").With("request_id", "r-1")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	l.InfoContext(ctx, "in a span")
+	l.InfoContext(context.Background(), "outside")
+	l.WithGroup("g").InfoContext(ctx, "grouped", "k", "v")
+
+	lines := decodeLines(t, &buf)
+	if len(lines) != 3 {
+		t.Fatalf("got %d lines: %s", len(lines), buf.String())
+	}
+	if lines[0]["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" || lines[0]["span_id"] != "00f067aa0ba902b7" || lines[0]["request_id"] != "r-1" {
+		t.Errorf("line in a span = %v, want its trace_id, span_id and request_id", lines[0])
+	}
+	if _, ok := lines[1]["trace_id"]; ok {
+		t.Errorf("line outside a span has a trace_id: %v", lines[1])
+	}
+	if g, _ := lines[2]["g"].(map[string]any); g["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("grouped line = %v, want the trace_id in its group", lines[2])
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/pg"
@@ -218,6 +220,9 @@ type Relay struct {
 	leader      atomic.Bool
 	brokerReady func() error
 
+	tracer       trace.Tracer
+	sendSpanName string // "send <exchange>"
+
 	busySince atomic.Int64 // start of the batch being published (Unix ns), 0 when none
 
 	mu           sync.Mutex
@@ -240,6 +245,12 @@ type RelayOption func(*Relay)
 // ("connection refused", a blocked connection), not just as a deadline.
 func WithBrokerStatus(ready func() error) RelayOption {
 	return func(r *Relay) { r.brokerReady = ready }
+}
+
+// WithTracerProvider makes the relay start its send spans with tp instead of
+// the global tracer provider (telemetry.Setup installs that one).
+func WithTracerProvider(tp trace.TracerProvider) RelayOption {
+	return func(r *Relay) { r.tracer = tp.Tracer(tracerName) }
 }
 
 // NewRelay returns a Relay that reads the outbox table through pool and
@@ -267,6 +278,11 @@ func NewRelay(pool *pgxpool.Pool, pub *amqp.Publisher, cfg RelayConfig, logger *
 		cfg:    cfg,
 		logger: logger.With(slog.String("component", "outbox-relay")),
 		m:      m,
+
+		tracer: otel.Tracer(tracerName),
+	}
+	if pub != nil {
+		r.sendSpanName = "send " + pub.Exchange()
 	}
 	for _, o := range opts {
 		o(r)
@@ -715,7 +731,7 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, lockPID uint32, limi
 		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND classid = (($2::bigint >> 32) & x'ffffffff'::bigint)::oid
 		  AND objid = ($2::bigint & x'ffffffff'::bigint)::oid AND objsubid = 1)`, int64(lockPID), r.cfg.LockKey)
-	b.Queue(`SELECT id::text, event_name, routing_key, envelope::text, occurred_at
+	b.Queue(`SELECT `+rowColumns+`
 		FROM outbox
 		WHERE published_at IS NULL
 		ORDER BY occurred_at, id
@@ -740,14 +756,12 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, lockPID uint32, limi
 	}
 	batch := make([]amqp.Message, 0, limit)
 	for rows.Next() {
-		var m amqp.Message
-		// message_id = event_id, type = event_name, timestamp = occurred_at,
-		// body = the stored envelope (docs/architecture.md, flow step 3).
-		if err := rows.Scan(&m.MessageID, &m.Type, &m.RoutingKey, &m.Body, &m.Timestamp); err != nil {
+		var row row
+		if err := rows.Scan(row.scanArgs()...); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("scan outbox row: %w", err)
 		}
-		batch = append(batch, m)
+		batch = append(batch, message(row))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -773,7 +787,9 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, lockPID uint32, limi
 // the confirmed prefix and the error that ended it. In OneAtATime mode
 // ConfirmTimeout bounds the whole batch too: when it is spent, the batch
 // ends early without an error and the rest waits for the next one.
-func (r *Relay) publish(ctx context.Context, msgs []amqp.Message) (int, error) {
+func (r *Relay) publish(ctx context.Context, msgs []amqp.Message) (confirmed int, err error) {
+	spans := r.startSends(ctx, msgs)
+	defer func() { endSends(spans, confirmed, err) }()
 	start := time.Now()
 	if r.cfg.Mode == OneAtATime {
 		deadline := start.Add(r.cfg.ConfirmTimeout)
@@ -790,7 +806,7 @@ func (r *Relay) publish(ctx context.Context, msgs []amqp.Message) (int, error) {
 		}
 		return len(msgs), nil
 	}
-	confirmed, err := r.pub.PublishBatch(ctx, msgs, r.cfg.ConfirmTimeout)
+	confirmed, err = r.pub.PublishBatch(ctx, msgs, r.cfg.ConfirmTimeout)
 	if err == nil {
 		r.m.confirmLatency.Observe(time.Since(start).Seconds())
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/contracts"
 )
@@ -61,8 +63,11 @@ func NewWriter(v *contracts.Validator, producer string, opts ...WriterOption) *W
 // contracts.NewEnvelope (a fresh UUID v7 event_id, occurred_at at millisecond
 // precision, the Writer's producer, contracts.SchemaVersion, correlationID),
 // validates the marshalled envelope against the contract and inserts it into
-// outbox with id = event_id and routing_key = eventName. The statement-level
-// trigger on outbox then notifies NotifyChannel when tx commits.
+// outbox with id = event_id and routing_key = eventName. When ctx holds a span
+// context (traced or only propagated), its W3C Trace Context goes into the
+// row's trace_context column, so that the relay publishes the event in the same
+// trace (docs/architecture.md, "Tracing"); otherwise trace_context is NULL. The
+// statement-level trigger on outbox then notifies NotifyChannel when tx commits.
 //
 // It returns the envelope written. On any error nothing is inserted and the
 // caller must roll tx back (pg.WithTx does so when its function returns the
@@ -85,10 +90,21 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, correlationID 
 		return contracts.Envelope{}, fmt.Errorf("outbox: invalid %s envelope: %w", eventName, err)
 	}
 	_, err = tx.Exec(ctx,
-		`INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at) VALUES ($1, $2, $3, $4, $5)`,
-		env.EventID, env.EventName, env.EventName, string(body), env.OccurredAt)
+		`INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6)`,
+		env.EventID, env.EventName, env.EventName, string(body), env.OccurredAt, traceContext(ctx))
 	if err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: insert %s event %s: %w", eventName, env.EventID, err)
 	}
 	return env, nil
+}
+
+// traceContext is the W3C Trace Context carrier of the span context in ctx, as
+// the trace_context column stores it, or nil (NULL) when ctx holds none.
+func traceContext(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier
 }

@@ -18,6 +18,7 @@ import (
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/telemetry"
 	apidoc "example.com/shop/services/auditor/api"
 	"example.com/shop/services/auditor/internal/api"
 	"example.com/shop/services/auditor/internal/auditor"
@@ -37,6 +38,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) < 2 {
 		return errors.New(usage)
 	}
+	shutdown, err := telemetry.Setup(ctx, service)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdown(ctx); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
 	switch cmd, rest := args[1], args[2:]; cmd {
 	case "serve":
 		if len(rest) > 0 {

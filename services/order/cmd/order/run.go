@@ -19,6 +19,7 @@ import (
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/telemetry"
 	"example.com/shop/services/order/internal/api"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
@@ -38,6 +39,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) < 2 {
 		return errors.New(usage)
 	}
+	shutdown, err := telemetry.Setup(ctx, service)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdown(ctx); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
 	switch cmd, rest := args[1], args[2:]; cmd {
 	case "serve":
 		return runServe(ctx, rest, getenv, stdout, stderr)

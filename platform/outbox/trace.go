@@ -1,0 +1,75 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"example.com/shop/platform/amqp"
+)
+
+// tracerName is the instrumentation scope of the relay's spans.
+const tracerName = "example.com/shop/platform/outbox"
+
+// errNotConfirmed ends the send span of a message after the one that stopped
+// its batch.
+var errNotConfirmed = errors.New("not confirmed: an earlier message of the batch failed")
+
+// startSends starts one PRODUCER span "send <exchange>" per message, each a
+// child of the trace context stored with its row (a root span when there is
+// none), with the OpenTelemetry messaging attributes, and writes the span's
+// traceparent and tracestate into the message's headers, so that consumers
+// continue the trace (docs/architecture.md, "Tracing"). A span that is not
+// recorded (no exporter, or not sampled) leaves the stored context in the
+// headers as it is.
+func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Span {
+	spans := make([]trace.Span, len(msgs))
+	prop := propagation.TraceContext{}
+	for i := range msgs {
+		m := &msgs[i]
+		carrier := amqp.HeaderCarrier(m.Headers)
+		parent := ctx
+		if _, ok := m.Headers["traceparent"]; ok {
+			parent = prop.Extract(ctx, carrier)
+		}
+		attrs := []attribute.KeyValue{
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingDestinationName(r.pub.Exchange()),
+			semconv.MessagingRabbitMQDestinationRoutingKey(m.RoutingKey),
+			semconv.MessagingMessageID(m.MessageID),
+		}
+		if m.CorrelationID != "" {
+			attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationID))
+		}
+		sctx, span := r.tracer.Start(parent, r.sendSpanName,
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		if span.IsRecording() {
+			prop.Inject(sctx, carrier)
+		}
+		spans[i] = span
+	}
+	return spans
+}
+
+// endSends ends the spans of startSends once the broker confirmed the first
+// confirmed messages and err stopped the batch at the next one.
+func endSends(spans []trace.Span, confirmed int, err error) {
+	for i, span := range spans {
+		switch {
+		case i < confirmed:
+		case i == confirmed && err != nil:
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		default:
+			span.SetStatus(codes.Error, errNotConfirmed.Error())
+		}
+		span.End()
+	}
+}
