@@ -789,7 +789,7 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, lockPID uint32, limi
 // ends early without an error and the rest waits for the next one.
 func (r *Relay) publish(ctx context.Context, msgs []amqp.Message) (confirmed int, err error) {
 	spans := r.startSends(ctx, msgs)
-	defer func() { endSends(spans, confirmed, err) }()
+	defer func() { r.endSends(ctx, spans, msgs, confirmed, err) }()
 	start := time.Now()
 	if r.cfg.Mode == OneAtATime {
 		deadline := start.Add(r.cfg.ConfirmTimeout)

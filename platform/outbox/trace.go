@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -59,11 +60,17 @@ func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Spa
 }
 
 // endSends ends the spans of startSends once the broker confirmed the first
-// confirmed messages and err stopped the batch at the next one.
-func endSends(spans []trace.Span, confirmed int, err error) {
+// confirmed messages and err stopped the batch at the next one. At DEBUG it
+// logs each confirmed message in its span, so that its trace_id finds it.
+func (r *Relay) endSends(ctx context.Context, spans []trace.Span, msgs []amqp.Message, confirmed int, err error) {
+	debug := r.logger.Enabled(ctx, slog.LevelDebug)
 	for i, span := range spans {
 		switch {
 		case i < confirmed:
+			if debug {
+				r.logger.LogAttrs(trace.ContextWithSpan(ctx, span), slog.LevelDebug, "event published",
+					slog.String("event_id", msgs[i].MessageID), slog.String("routing_key", msgs[i].RoutingKey))
+			}
 		case i == confirmed && err != nil:
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
