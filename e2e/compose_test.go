@@ -84,7 +84,8 @@ func TestComposeFile(t *testing.T) {
 	for name, svc := range project.Services {
 		image := svc.Image
 		if strings.HasPrefix(image, "postgres") || strings.HasPrefix(image, "rabbitmq") ||
-			strings.HasPrefix(image, "prom/prometheus") || strings.HasPrefix(image, "grafana/grafana") {
+			strings.HasPrefix(image, "prom/prometheus") || strings.HasPrefix(image, "grafana/grafana") ||
+			strings.HasPrefix(image, "jaegertracing/") {
 			continue // a third-party image reads its own variables
 		}
 		cmd := append(append([]string{}, svc.Entrypoint...), svc.Command...)

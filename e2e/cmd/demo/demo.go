@@ -155,6 +155,7 @@ func (d *demo) migrate(ctx context.Context) error {
 			Shipping: urlAs(d.srv.shippingURL, "auditor"),
 		},
 		ProcessEnv: d.processEnv(),
+		Env:        d.tracingEnv(),
 	})
 	if err != nil {
 		return err
@@ -174,6 +175,28 @@ func (d *demo) migrate(ctx context.Context) error {
 	d.ui.say("bin/order migrate, bin/stock migrate, bin/shipping migrate: done")
 	d.dbs, err = check.Open(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL)
 	return err
+}
+
+// localCollector is where a local OpenTelemetry collector (or Jaeger) takes
+// OTLP over HTTP.
+const localCollector = "127.0.0.1:4318"
+
+// tracingEnv points every process at a local OTLP collector when one answers
+// on localCollector and OTEL_EXPORTER_OTLP_ENDPOINT is not set already (the
+// processes inherit the demo's environment): the demo's orders then show up
+// as traces, one per order, from the API call to both consumers.
+func (d *demo) tracingEnv() []string {
+	if d.s.otlpEndpoint != "" {
+		d.ui.say("tracing: the processes export to %s (OTEL_EXPORTER_OTLP_ENDPOINT)", d.s.otlpEndpoint)
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", localCollector, 300*time.Millisecond)
+	if err != nil {
+		return nil
+	}
+	_ = conn.Close()
+	d.ui.say("tracing: a collector answers on %s; the processes export their spans to it", localCollector)
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + localCollector}
 }
 
 // processEnv runs each process under its own role, as docker-compose.yml and

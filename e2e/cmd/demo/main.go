@@ -56,6 +56,8 @@ type settings struct {
 	stockDB string
 	shipDB  string
 	amqpURL string
+	// otlpEndpoint is OTEL_EXPORTER_OTLP_ENDPOINT, which the processes inherit.
+	otlpEndpoint string
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (settings, error) {
@@ -82,6 +84,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	s.stockDB = env("STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable")
 	s.shipDB = env("SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable")
 	s.amqpURL = env("AMQP_URL", "amqp://guest:guest@localhost:5672/")
+	s.otlpEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	for _, b := range []string{"order", "stock", "shipping", "auditor"} {
 		if _, err := os.Stat(filepath.Join(s.binDir, b)); err != nil {
 			return s, fmt.Errorf("binary %s not found in %s: run `make build` first (or `make demo`)", b, s.binDir)

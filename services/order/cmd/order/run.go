@@ -39,7 +39,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) < 2 {
 		return errors.New(usage)
 	}
-	shutdown, err := telemetry.Setup(ctx, service)
+	// The relay is a process of its own: it shows as the service order-relay.
+	traced := service
+	if args[1] == "relay" {
+		traced = service + "-relay"
+	}
+	shutdown, err := telemetry.Setup(ctx, traced)
 	if err != nil {
 		return err
 	}
