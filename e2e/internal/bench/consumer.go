@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
@@ -49,7 +50,7 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents)
+		rate, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents, nil)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}
@@ -60,7 +61,7 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		e.results.set(name, rate, fmt.Sprintf("bin/stock, STOCK_WORKERS=%d, %d queued placed events of one line", run.workers, s.ConsumerEvents))
 		e.progress("   %-28s %10.0f events/s", name, rate)
 	}
-	return nil
+	return e.measureTracedConsumer(ctx)
 }
 
 // rawDBRate runs workers goroutines for d, each repeating the bare minimum
@@ -143,8 +144,8 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 // on the database at dbURL and waits until it has processed all of them.
 // The rate is taken from the processed_at times of the new processed_event
 // keys, (n-1) / (last - first), so the process's start-up does not count.
-func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int) (float64, error) {
-	if err := queueStockEvents(ctx, amqpURL, n, e); err != nil {
+func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int, tracing []string) (float64, error) {
+	if err := queueStockEvents(ctx, amqpURL, n, e, tracing != nil); err != nil {
 		return 0, err
 	}
 	pool, err := pg.NewPool(ctx, dbURL)
@@ -170,9 +171,11 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 			"HTTP_ADDR=" + addr,
 			"STOCK_WORKERS=" + strconv.Itoa(workers),
 			"LOG_LEVEL=warn",
+			"OTEL_SDK_DISABLED=" + strconv.FormatBool(tracing == nil),
 		},
 		Addr: addr,
 	}
+	p.Env = append(p.Env, tracing...)
 	if err := p.Start(); err != nil {
 		return 0, err
 	}
@@ -217,11 +220,17 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 
 // queueStockEvents publishes n placed events straight to the stock.events
 // queue (through the default exchange), with confirms, after declaring the
-// default topology.
-func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env) error {
+// default topology; traced ones carry a sampled traceparent of a trace of
+// their own, as the relay would send it.
+func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env, traced bool) error {
 	msgs, err := placedMessages(n)
 	if err != nil {
 		return err
+	}
+	if traced {
+		for i := range msgs {
+			msgs[i].Headers = amqp091.Table{contracts.HeaderTraceparent: randomTraceparent()}
+		}
 	}
 	conn, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
 	if err != nil {

@@ -49,7 +49,7 @@ const (
 // they are all created in one rabbitmqctl call (each call costs seconds) and
 // deleted in one.
 func vhostPurposes(s Sizes) []string {
-	p := []string{"broker-1", "broker-n", "relay-one", "relay-pipelined", "consumer-default", "consumer-tuned", "latency-notify", "latency-poll"}
+	p := []string{"broker-1", "broker-n", "relay-one", "relay-pipelined", "relay-traced", "consumer-default", "consumer-tuned", "consumer-traced", "latency-notify", "latency-poll"}
 	for i := range s.GrowthRows {
 		p = append(p, fmt.Sprintf("growth-relay-%d", i), fmt.Sprintf("growth-consumer-%d", i))
 	}

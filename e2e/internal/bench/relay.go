@@ -71,7 +71,7 @@ func (e *env) measureRelay(ctx context.Context) error {
 	if one > 0 {
 		e.results.set("relay_pipelined_speedup", pipe/one, "relay_pipelined divided by relay_one_at_a_time")
 	}
-	return nil
+	return e.measureTracedRelay(ctx)
 }
 
 // runRelay runs one relay (in this process) on the outbox at dbURL until
@@ -79,7 +79,7 @@ func (e *env) measureRelay(ctx context.Context) error {
 // published rows per second and their number. The clock starts when the
 // relay starts, so it includes taking the advisory lock and opening the
 // channel.
-func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.Mode, limit time.Duration) (float64, int, error) {
+func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.Mode, limit time.Duration, opts ...outbox.RelayOption) (float64, int, error) {
 	pool, err := pg.NewPool(ctx, dbURL)
 	if err != nil {
 		return 0, 0, err
@@ -92,7 +92,7 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.M
 	defer func() { _ = conn.Close() }()
 	pub := amqp.NewPublisher(conn, contracts.Exchange)
 	defer func() { _ = pub.Close() }()
-	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Mode: mode}, e.logger, metrics.NewRegistry())
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Mode: mode}, e.logger, metrics.NewRegistry(), opts...)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -78,6 +78,9 @@ const (
 func brokerMultiName(s Sizes) string  { return fmt.Sprintf("broker_%d_publishers", s.BrokerPublishers) }
 func rawDBName(workers int) string    { return fmt.Sprintf("db_raw_tx_w%d", workers) }
 func consumerName(workers int) string { return fmt.Sprintf("stock_consumer_w%d", workers) }
+func tracedConsumerName(workers int) string {
+	return fmt.Sprintf("stock_consumer_traced_w%d", workers)
+}
 func growthRelayName(rows int) string { return "growth_relay_at_" + sizeLabel(rows) }
 func growthConsumerName(rows int) string {
 	return "growth_consumer_at_" + sizeLabel(rows)
@@ -105,8 +108,10 @@ func specs(s Sizes) []spec {
 		{name: "relay_one_at_a_time", unit: "events/s", baseline: "broker_ceiling", panel: panelThroughput, label: "relay, one confirm at a time"},
 		{name: "relay_pipelined", unit: "events/s", baseline: "broker_ceiling", goal: atLeast(0.5), panel: panelThroughput, label: "relay, pipelined"},
 		{name: "relay_pipelined_speedup", unit: "x", goal: &goal{op: ">=", target: 5}},
+		{name: "relay_pipelined_traced", unit: "events/s", baseline: "relay_pipelined", panel: panelThroughput, label: "relay, pipelined, traced"},
 		{name: rawDBName(s.DefaultWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.DefaultWorkers)},
 		{name: consumerName(s.DefaultWorkers), unit: "events/s", baseline: rawDBName(s.DefaultWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.DefaultWorkers)},
+		{name: tracedConsumerName(s.DefaultWorkers), unit: "events/s", baseline: consumerName(s.DefaultWorkers), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers, traced", s.DefaultWorkers)},
 		{name: rawDBName(s.TunedWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.TunedWorkers)},
 		{name: consumerName(s.TunedWorkers), unit: "events/s", baseline: rawDBName(s.TunedWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.TunedWorkers)},
 	}
