@@ -94,7 +94,8 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	}()
 
 	c, err := func() (*amqp.Consumer, error) {
-		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger)
+		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger,
+			pg.CreatedBy(spec.Name+" migrate"), pg.RequireTables("processed_event"))
 		if err != nil {
 			return nil, err
 		}
@@ -171,16 +172,11 @@ func wrap(part string, err error) error {
 }
 
 // migrateDB creates the database if it is missing and applies spec.Migrations,
-// listing the ones it applied on stdout.
-func migrateDB(ctx context.Context, spec Spec, cfg Settings, stdout io.Writer) error {
-	applied, err := migrate.Up(ctx, cfg.DatabaseURL, spec.Migrations)
-	if err != nil {
+// logging each one it applied and the outcome (migrate.Apply).
+func migrateDB(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) error {
+	if err := migrate.Apply(ctx, cfg.DatabaseURL, spec.Migrations, logger); err != nil {
 		return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 	}
-	for _, m := range applied {
-		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
-	}
-	fmt.Fprintf(stdout, "%s database is up to date (%d migrations applied now)\n", spec.Name, len(applied))
 	return nil
 }
 

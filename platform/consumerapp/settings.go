@@ -76,11 +76,7 @@ func LoadSettings(spec Spec, getenv func(string) string) (Settings, error) {
 		RedeclareInterval: env.PositiveDuration("AMQP_REDECLARE_INTERVAL", 5*time.Second),
 	}
 	s.Prefetch = env.PositiveInt(p+"PREFETCH", 4*s.Workers)
-	level, err := logging.ParseLevel(env.String("LOG_LEVEL", "info"))
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%v", err)
-	}
-	s.LogLevel = level
+	s.LogLevel = logging.LevelFromEnv(env)
 	s.RetryDelays = amqp.DefaultRetryDelays()
 	if raw := env.String(p+"RETRY_DELAYS", ""); raw != "" {
 		delays, err := parseDelays(raw)

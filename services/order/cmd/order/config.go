@@ -27,7 +27,7 @@ func loadServeConfig(getenv func(string) string) (serveConfig, error) {
 	c := serveConfig{
 		DatabaseURL:    env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
 		HTTPAddr:       env.String("HTTP_ADDR", config.DefaultOrderHTTPAddr),
-		LogLevel:       logLevel(env),
+		LogLevel:       logging.LevelFromEnv(env),
 		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
 	}
 	return c, env.Err()
@@ -55,7 +55,7 @@ func loadMigrateConfig(getenv func(string) string) (migrateConfig, error) {
 	env := config.NewEnv(getenv)
 	c := migrateConfig{
 		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 	}
 	return c, env.Err()
 }
@@ -68,12 +68,3 @@ func (c migrateConfig) LogValue() slog.Value {
 	)
 }
 
-// logLevel reads LOG_LEVEL, recording an error on env for a level it does not know.
-func logLevel(env *config.Env) slog.Level {
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	return level
-}
