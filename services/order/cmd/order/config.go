@@ -67,4 +67,3 @@ func (c migrateConfig) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 	)
 }
-
