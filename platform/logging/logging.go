@@ -1,16 +1,14 @@
 // Package logging builds the structured JSON loggers (log/slog) that every binary passes
 // down explicitly; there is no global logger.
 //
-// Every process logs one shape, whatever wrote the record:
-//
-//		{"time":"2026-12-01T10:42:31.123Z","level":"INFO","msg":"...","service":"order-relay",...}
-//
-//	  - time (and every other time value) is RFC 3339 in UTC with exactly three
-//	    fractional digits (milliseconds);
-//	  - a duration is a number of milliseconds (a float, sub-millisecond digits kept)
-//	    under its key with "_ms" appended: slog.Duration("retry_in", 1500*time.Millisecond)
-//	    is written "retry_in_ms":1500; a []time.Duration is a list of such numbers;
-//	  - service names the process (order-api, order-relay, stock, ...).
+// Every process logs one shape, whatever wrote the record, for example
+// {"time":"2026-12-01T10:42:31.123Z","level":"INFO","msg":"...","service":"order-relay"}:
+//   - time (and every other time value) is RFC 3339 in UTC with exactly three
+//     fractional digits (milliseconds);
+//   - a duration is a number of milliseconds (a float, sub-millisecond digits kept)
+//     under its key with "_ms" appended: slog.Duration("retry_in", 1500*time.Millisecond)
+//     is written "retry_in_ms":1500; a []time.Duration is a list of such numbers;
+//   - service names the process (order-api, order-relay, stock, ...).
 //
 // NewHandler is the one place that builds this shape; a caller that adds to every
 // record (trace ids, for example) wraps the slog.Handler it returns.
