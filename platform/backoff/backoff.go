@@ -15,11 +15,15 @@ import (
 // do not retry in step.
 const Jitter = 0.5
 
+// Backoff yields the delays between attempts: NextBackOff returns the next one, Reset
+// starts again from the first. Not safe for concurrent use.
+type Backoff = cenkalti.ExponentialBackOff
+
 // New returns a backoff whose nominal delay starts at initial and doubles after each
 // NextBackOff up to max; each delay returned is the nominal one with Jitter applied, so
 // it lies in [initial/2, 3*max/2]. It never gives up (no maximum elapsed time); Reset
-// starts again from initial after a success. Not safe for concurrent use.
-func New(initial, max time.Duration) *cenkalti.ExponentialBackOff {
+// starts again from initial after a success.
+func New(initial, max time.Duration) *Backoff {
 	return cenkalti.NewExponentialBackOff(
 		cenkalti.WithInitialInterval(initial),
 		cenkalti.WithMaxInterval(max),

@@ -40,6 +40,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/logging"
+	platformmetrics "example.com/shop/platform/metrics"
 )
 
 // Handler applies the effect of one event inside tx, the transaction that also holds
@@ -233,19 +234,12 @@ func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger)
 	}
 }
 
-// register registers c on reg and returns it, or returns the equal collector
+// register registers c on reg (platform metrics.Register) and returns it, or the equal collector
 // registered before. On any other error it logs and returns c unregistered.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C, logger *slog.Logger) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
+	c, err := platformmetrics.Register(reg, c)
+	if err != nil {
+		logger.Error("inbox metrics not exported", "error", err)
 	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	logger.Error("inbox metrics not exported", "error", err)
 	return c
 }
