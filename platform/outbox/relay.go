@@ -446,8 +446,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		r.mu.Unlock()
 	}()
 
-	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff) // for as long as it leads
-	single := false                                         // after a failed publish, send only the failing row
+	// Retry for as long as it leads; after a failed publish, send only the failing row.
+	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff)
+	single := false
 	for {
 		limit := r.cfg.BatchSize
 		if single {
