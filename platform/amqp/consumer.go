@@ -22,7 +22,7 @@ import (
 // ErrPermanent marks a handler error that no retry can fix (for example a
 // message that cannot be decoded). Wrap it, fmt.Errorf("decode: %w",
 // amqp.ErrPermanent), and the delivery goes to the dead-letter queue at once
-// instead of being retried (DESIGN.md rule 3).
+// instead of being retried (docs/architecture.md, rule 3).
 var ErrPermanent = errors.New("permanent failure")
 
 // ErrUnavailable marks a handler error caused by a dependency that is down
@@ -187,7 +187,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // exchange come back with the Connection's periodic declaration
 // (Options.RedeclareInterval).
 //
-// Delivery is at least once (DESIGN.md rule 3): a delivery whose ack is lost
+// Delivery is at least once (docs/architecture.md, rule 3): a delivery whose ack is lost
 // with its channel comes again, so handlers must be idempotent (the inbox).
 type Consumer struct {
 	conn    *Connection

@@ -31,7 +31,7 @@ import (
 // broker (declaring Topology), dialled with amqp.DialOptions' backoff, twice: one
 // connection consumes, the other publishes retry copies, so that a broker blocking
 // publishers (resource alarm) never stalls the acks; the inbox with the service's
-// handlers (DESIGN.md rule 3), the consumer, and the service's routes.
+// handlers (docs/architecture.md, rule 3), the consumer, and the service's routes.
 //
 // /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and not
 // blocked) and "consumer" (subscribed, not paused): a database outage shows as
@@ -181,7 +181,7 @@ func migrateDB(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger
 }
 
 // purgeInbox deletes the service's processed_event keys older than --older-than
-// (DESIGN.md rule 5), refusing a missing or negative horizon and one below
+// (docs/architecture.md, rule 5), refusing a missing or negative horizon and one below
 // INBOX_MIN_RETENTION: a key must outlive every copy of its message (retries,
 // dead-letter replays), or that copy would be applied again.
 func purgeInbox(ctx context.Context, spec Spec, cfg Settings, args []string, stdout, stderr io.Writer) error {

@@ -30,7 +30,7 @@ type Spec struct {
 	// the service attribute of every log line and the AMQP connection name.
 	Name string
 	// Queue is the service's queue: its name, dead-letter queue and routing keys
-	// (DESIGN.md "Messaging"). Its RetryDelays are ignored; they come from
+	// (docs/architecture.md, "The flow"). Its RetryDelays are ignored; they come from
 	// <PREFIX>_RETRY_DELAYS (see Topology).
 	Queue amqp.QueueSpec
 	// Migrations holds the goose SQL files of the service's database

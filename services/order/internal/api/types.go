@@ -70,7 +70,7 @@ func parseUUID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// orderResponse is an order as the API shows it (DESIGN.md "HTTP").
+// orderResponse is an order as the API shows it (services/order/api/openapi.yaml).
 type orderResponse struct {
 	ID         string         `json:"id"`
 	CustomerID string         `json:"customer_id"`

@@ -67,7 +67,7 @@ func TestServe(t *testing.T) {
 	srv.Stop(t)
 }
 
-// TestSettings: shipping keeps its defaults (DESIGN.md database and port, 8 workers,
+// TestSettings: shipping keeps its defaults (the database and port of docs/operations.md, 8 workers,
 // no inbox group commit) and names its bad SHIPPING_* variables.
 func TestSettings(t *testing.T) {
 	t.Parallel()

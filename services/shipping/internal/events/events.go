@@ -25,8 +25,8 @@ import (
 const Consumer = "shipping"
 
 // Queue returns the shipping service's queue: shipping.events bound to the events
-// Register handles, with its dead-letter queue shipping.events.dlq (DESIGN.md
-// "Messaging"). It has no retry delays; consumerapp.Topology adds the configured ones.
+// Register handles, with its dead-letter queue shipping.events.dlq (docs/architecture.md,
+// "The flow"). It has no retry delays; consumerapp.Topology adds the configured ones.
 func Queue() amqp.QueueSpec {
 	return amqp.QueueSpec{
 		Name:            contracts.QueueShipping,
@@ -37,7 +37,7 @@ func Queue() amqp.QueueSpec {
 
 // Register adds the shipping handlers to in: order.order.placed.v1 records the
 // status placed, order.order.cancelled.v1 the status cancelled, each through
-// store.Apply (DESIGN.md rule 4). Stale events are logged to logger at info
+// store.Apply (docs/architecture.md, rule 4). Stale events are logged to logger at info
 // level (nil discards) and acknowledged: they are not failures.
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {

@@ -32,7 +32,7 @@ func New(db DB) *Store {
 }
 
 // upsertStatus applies a change only when its version is strictly newer than
-// the stored one (DESIGN.md rule 4). A row comes back only when this change won:
+// the stored one (docs/architecture.md, rule 4). A row comes back only when this change won:
 // it was inserted, or it replaced an older version. An equal version loses, so
 // of two changes with the same version the first one stays.
 const upsertStatus = `

@@ -58,7 +58,7 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 	srv.Stop(t)
 }
 
-// TestDefaults: stock keeps its defaults (DESIGN.md database and port, 32 workers,
+// TestDefaults: stock keeps its defaults (the database and port of docs/operations.md, 32 workers,
 // inbox group commit 16 x 2).
 func TestDefaults(t *testing.T) {
 	t.Parallel()

@@ -30,7 +30,7 @@ type Reservation struct {
 }
 
 // Queue returns the stock service's queue: stock.events bound to the events Register
-// handles, with its dead-letter queue stock.events.dlq (DESIGN.md "Messaging"). It has
+// handles, with its dead-letter queue stock.events.dlq (docs/architecture.md, "The flow"). It has
 // no retry delays; consumerapp.Topology adds the configured ones.
 func Queue() amqp.QueueSpec {
 	return amqp.QueueSpec{
@@ -47,7 +47,7 @@ func Register(ib *inbox.Inbox) {
 	ib.Register(contracts.EventOrderCancelled, OnOrderCancelled)
 }
 
-// applyStatus is the versioned upsert of DESIGN.md rule 4 on stock's copy of the
+// applyStatus is the versioned upsert of docs/architecture.md, rule 4 on stock's copy of the
 // order's status: it writes ($2, $3) only when no row exists or the stored version is
 // older, and returns a row only then. Two transactions that upsert the same order
 // take turns on its row (or on its key, for a new row), so the statement that
@@ -79,7 +79,7 @@ FROM unnest($2::uuid[], $3::uuid[], $4::text[]) WITH ORDINALITY AS l(id, product
 // OnOrderPlaced is the inbox handler of order.order.placed.v1: when the event's
 // version wins stock's order_status row, it reserves each line of the order (one
 // reservation row per line, UUID v7 ids); a stale event (its order already cancelled
-// at a newer version) reserves nothing. It runs in the inbox transaction (DESIGN.md
+// at a newer version) reserves nothing. It runs in the inbox transaction (docs/architecture.md,
 // rule 3) and returns the database error, if any, for the runtime to retry.
 func OnOrderPlaced(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderPlaced
