@@ -1,7 +1,7 @@
 // Package inbox makes message consumers idempotent: it records each message's key in
 // the processed_event table in the same PostgreSQL transaction as the message's
 // effect, so a redelivered message is recognised and not applied again, and a failed
-// one is processed again (docs/architecture.md rule 3).
+// one is processed again (docs/architecture.md, rule 3).
 //
 // Consumer.Handle (or the function Handle) is the whole library for any broker or
 // HTTP handler: one call, one transaction, with the modes Skip, Fail and
@@ -134,7 +134,7 @@ func message(env contracts.Envelope) (Message, error) {
 	return Message{Key: env.EventID.String(), Content: content}, nil
 }
 
-// Process handles env once for this consumer (docs/architecture.md rule 3) through
+// Process handles env once for this consumer (docs/architecture.md, rule 3) through
 // Consumer.Handle: in one READ COMMITTED transaction it inserts the key (consumer,
 // env.EventID) into processed_event; when the key already exists it commits nothing
 // else and returns duplicate = true without running any handler. Otherwise it runs

@@ -205,7 +205,7 @@ type purgeConfig struct {
 // horizon given by --older-than (a Go duration such as 168h, required,
 // > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
-// each it deleted (docs/architecture.md rule 5). Unpublished rows are never
+// each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
 // deleted.
 func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)
