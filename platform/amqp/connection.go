@@ -30,10 +30,11 @@ var ErrBlocked = errors.New("connection blocked by the broker")
 
 // Options tunes a Connection. The zero value gives the defaults.
 type Options struct {
-	// MinBackoff is the first wait between connection attempts
-	// (default 100 ms). It doubles on each failure up to MaxBackoff.
+	// MinBackoff is the first nominal wait between connection attempts
+	// (default 100 ms). It doubles on each failure up to MaxBackoff; each
+	// wait is drawn within ±50% of the nominal one (package backoff).
 	MinBackoff time.Duration
-	// MaxBackoff caps the wait between connection attempts (default 10 s).
+	// MaxBackoff caps the nominal wait between connection attempts (default 10 s).
 	MaxBackoff time.Duration
 	// Name is shown as connection_name in the RabbitMQ tools and labels the
 	// connection's metric (optional).
