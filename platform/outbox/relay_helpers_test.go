@@ -22,10 +22,11 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-// schemaFS holds a copy of the order migration that creates the outbox
-// table, its partial index and its NOTIFY trigger (platform never imports
-// services); it is kept identical to services/order/migrations/00002_outbox.sql
-// and the writer tests use it too.
+// schemaFS holds a copy of the order migrations that create the outbox
+// table, its partial index and its NOTIFY trigger, and add its trace_context
+// column (platform never imports services); they are kept identical to
+// services/order/migrations/00002_outbox.sql and 00040_outbox_trace_context.sql
+// (a test there checks it), and the writer tests use them too.
 //
 //go:embed testdata/schema/*.sql
 var schemaFiles embed.FS
