@@ -4,7 +4,6 @@ import (
 	"context"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -38,23 +37,26 @@ const tracerName = "example.com/shop/platform/amqp"
 
 // startProcess starts the CONSUMER span of delivery d: "process <queue>", a
 // child of the trace context in d's headers (a root span without one), with
-// the OpenTelemetry messaging attributes.
+// the OpenTelemetry messaging attributes when it is recorded.
 func (c *Consumer) startProcess(ctx context.Context, d *amqp091.Delivery) (context.Context, trace.Span) {
 	if _, ok := d.Headers["traceparent"]; ok {
 		ctx = propagation.TraceContext{}.Extract(ctx, HeaderCarrier(d.Headers))
 	}
-	attrs := []attribute.KeyValue{
-		semconv.MessagingSystemRabbitMQ,
-		semconv.MessagingOperationTypeProcess,
-		semconv.MessagingOperationName("process"),
-		semconv.MessagingDestinationName(c.cfg.Queue),
-		semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
-		semconv.MessagingMessageID(d.MessageId),
-		semconv.MessagingConsumerGroupName(c.cfg.Name),
-		semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)),
+	ctx, span := c.tracer.Start(ctx, c.spanName, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(c.cfg.Queue),
+			semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
+			semconv.MessagingMessageID(d.MessageId),
+			semconv.MessagingConsumerGroupName(c.cfg.Name),
+			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)),
+		)
+		if d.CorrelationId != "" {
+			span.SetAttributes(semconv.MessagingMessageConversationID(d.CorrelationId))
+		}
 	}
-	if d.CorrelationId != "" {
-		attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
-	}
-	return c.tracer.Start(ctx, c.spanName, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return ctx, span
 }

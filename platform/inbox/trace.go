@@ -37,15 +37,18 @@ func defaultTracer() trace.Tracer { return otel.Tracer(tracerName) }
 // transaction, including the wait for a group commit, as a child of the
 // span in ctx (the consumer's process span).
 func (i *Inbox) startProcess(ctx context.Context, env contracts.Envelope) (context.Context, trace.Span) {
-	return i.tracer.Start(ctx, i.spanName, trace.WithAttributes(
-		AttrConsumer.String(i.consumer.name),
-		semconv.MessagingMessageID(env.EventID.String()),
-	))
+	ctx, span := i.tracer.Start(ctx, i.spanName)
+	if span.IsRecording() {
+		span.SetAttributes(AttrConsumer.String(i.consumer.name), semconv.MessagingMessageID(env.EventID.String()))
+	}
+	return ctx, span
 }
 
 // endSpan ends span with the outcome of the event.
 func endSpan(span trace.Span, duplicate bool, err error) {
-	span.SetAttributes(AttrDuplicate.Bool(duplicate))
+	if span.IsRecording() {
+		span.SetAttributes(AttrDuplicate.Bool(duplicate))
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -26,8 +25,8 @@ var errNotConfirmed = errors.New("not confirmed: an earlier message of the batch
 // none), with the OpenTelemetry messaging attributes, and writes the span's
 // traceparent and tracestate into the message's headers, so that consumers
 // continue the trace (docs/architecture.md, "Tracing"). A span that is not
-// recorded (no exporter, or not sampled) leaves the stored context in the
-// headers as it is.
+// recorded (no exporter, or not sampled) gets no attributes and leaves the
+// stored context in the headers as it is: tracing off costs next to nothing.
 func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Span {
 	spans := make([]trace.Span, len(msgs))
 	prop := propagation.TraceContext{}
@@ -38,20 +37,19 @@ func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Spa
 		if _, ok := m.Headers["traceparent"]; ok {
 			parent = prop.Extract(ctx, carrier)
 		}
-		attrs := []attribute.KeyValue{
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("send"),
-			semconv.MessagingDestinationName(r.pub.Exchange()),
-			semconv.MessagingRabbitMQDestinationRoutingKey(m.RoutingKey),
-			semconv.MessagingMessageID(m.MessageID),
-		}
-		if m.CorrelationID != "" {
-			attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationID))
-		}
-		sctx, span := r.tracer.Start(parent, r.sendSpanName,
-			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		sctx, span := r.tracer.Start(parent, r.sendSpanName, trace.WithSpanKind(trace.SpanKindProducer))
 		if span.IsRecording() {
+			span.SetAttributes(
+				semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeSend,
+				semconv.MessagingOperationName("send"),
+				semconv.MessagingDestinationName(r.pub.Exchange()),
+				semconv.MessagingRabbitMQDestinationRoutingKey(m.RoutingKey),
+				semconv.MessagingMessageID(m.MessageID),
+			)
+			if m.CorrelationID != "" {
+				span.SetAttributes(semconv.MessagingMessageConversationID(m.CorrelationID))
+			}
 			prop.Inject(sctx, carrier)
 		}
 		spans[i] = span
