@@ -74,3 +74,48 @@ func TestSwitchFromStartingRouterToFullRouter(t *testing.T) {
 		t.Fatalf("connected /things = %d, want 200", got)
 	}
 }
+
+// TestListenStartsThenServesTheReadyRouter: a Starting server answers /healthz and a
+// 503 /readyz and 503 elsewhere before Ready, the full router after, and Serve returns
+// nil once its context ends.
+func TestListenStartsThenServesTheReadyRouter(t *testing.T) {
+	t.Parallel()
+	var p atomic.Pointer[dep]
+	srv, err := httpx.Listen(t.Context(), "127.0.0.1:0", nil, prometheus.NewRegistry(), "starting", httpx.Pending("db", &p, (*dep).Ping))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	get := func(path string) int {
+		t.Helper()
+		resp, err := http.Get("http://" + srv.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 503, "/things": 503} {
+		if got := get(path); got != want {
+			t.Errorf("starting: GET %s = %d, want %d", path, got, want)
+		}
+	}
+	p.Store(&dep{})
+	r := httpx.NewRouter(nil, prometheus.NewRegistry(), httpx.Pending("db", &p, (*dep).Ping))
+	r.Get("/things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	srv.Ready(r)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/things": http.StatusTeapot} {
+		if got := get(path); got != want {
+			t.Errorf("ready: GET %s = %d, want %d", path, got, want)
+		}
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve = %v after cancel, want nil", err)
+	}
+	if _, err := httpx.Listen(t.Context(), srv.Addr()+"x", nil, prometheus.NewRegistry(), "starting"); err == nil {
+		t.Error("Listen on a bad address succeeded")
+	}
+}

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/logging"
@@ -24,42 +27,46 @@ import (
 	"example.com/shop/services/order/migrations"
 )
 
-const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION"
-
 // service names the order service in logs.
 const service = "order"
 
 // run is the whole program: args are os.Args, getenv reads the environment,
 // command output goes to stdout and JSON logs to stderr. It returns when the
-// command is done or, for serve, once ctx ends and the server has shut down.
-// Each subcommand reads its own configuration and gets the arguments after
-// its name.
+// command is done or, for serve and relay, once ctx ends and everything has
+// shut down; a *cli.UsageError for a command line that cannot run. Each
+// subcommand reads its own configuration (config.go, relay.go).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) < 2 {
-		return errors.New(usage)
-	}
-	switch cmd, rest := args[1], args[2:]; cmd {
-	case "serve":
-		return runServe(ctx, rest, getenv, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, getenv, stdout, stderr)
-	case "relay":
-		return runRelay(ctx, rest, getenv, stdout, stderr)
-	case "purge-outbox":
-		return runPurgeOutbox(ctx, rest, getenv, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q; %s", cmd, usage)
-	}
-}
-
-func noArgs(cmd string, args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%s: unexpected argument %q; %s", cmd, args[0], usage)
-	}
-	return nil
+	var olderThan time.Duration
+	return cli.Program{
+		Name:    service,
+		Summary: "the order service: orders over HTTP, their events through the outbox and its relay",
+		Commands: []cli.Command{{
+			Name:    "serve",
+			Summary: "serve the order API on HTTP_ADDR with /healthz, /readyz and /metrics",
+			Env:     func(env *config.Env) { loadServeConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runServe(ctx, getenv, stderr) },
+		}, {
+			Name:    "relay",
+			Summary: "publish the outbox to RabbitMQ (health and metrics on HTTP_ADDR)",
+			Env:     func(env *config.Env) { loadRelayConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runRelay(ctx, getenv, stderr) },
+		}, {
+			Name:    "migrate",
+			Summary: "create the order database if missing and apply the embedded migrations",
+			Env:     func(env *config.Env) { loadMigrateConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stdout, stderr) },
+		}, {
+			Name:    "purge-outbox",
+			Summary: "delete outbox rows published, and Idempotency-Keys used, longer ago than --older-than",
+			Flags: func(fs *flag.FlagSet) {
+				fs.DurationVar(&olderThan, "older-than", 0, "delete rows published longer ago than this `duration` (for example 168h); required")
+			},
+			Env: func(env *config.Env) { loadPurgeConfig(env) },
+			Run: func(ctx context.Context, _ []string) error {
+				return runPurgeOutbox(ctx, olderThan, getenv, stdout, stderr)
+			},
+		}},
+	}.Run(ctx, args, stdout)
 }
 
 // runServe serves the order API until ctx ends: config, logger, then the
@@ -70,11 +77,8 @@ func noArgs(cmd string, args []string) error {
 // starts a graceful shutdown bounded by httpx.ShutdownTimeout (10 s); it
 // returns nil after a clean one, also when ctx ends while it still waits for
 // the database.
-func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	if err := noArgs("serve", args); err != nil {
-		return err
-	}
-	cfg, err := loadServeConfig(getenv)
+func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := load(getenv, loadServeConfig)
 	if err != nil {
 		return err
 	}
@@ -144,11 +148,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 
 // runMigrate creates the order database when it is missing and applies the
 // embedded migrations; running it again applies nothing.
-func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if err := noArgs("migrate", args); err != nil {
-		return err
-	}
-	cfg, err := loadMigrateConfig(getenv)
+func runMigrate(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}
