@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/logging"
 )
 
 // ErrPermanent marks a handler error that no retry can fix (for example a
@@ -484,6 +486,13 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	})
 	c.metrics.duration.Observe(time.Since(start).Seconds())
 	c.metrics.inFlight.Dec()
+	if attrs := logging.ErrorAttrs(err); len(attrs) > 0 {
+		args := make([]any, len(attrs))
+		for i, a := range attrs {
+			args[i] = a
+		}
+		log = log.With(args...)
+	}
 
 	switch {
 	case err == nil:
