@@ -155,7 +155,7 @@ func (t Topology) Validate() error {
 //
 // Main and dead-letter queues are quorum queues. Main queues dead-letter
 // with the at-least-once strategy (which requires x-overflow=reject-publish),
-// so a message rejected to the DLQ is never dropped on the way (DESIGN.md
+// so a message rejected to the DLQ is never dropped on the way (docs/architecture.md,
 // rule 3). Retry queues are durable classic queues with a per-queue
 // x-message-ttl that dead-letter expired messages back to their queue
 // through the default exchange.

@@ -98,11 +98,11 @@ func (s *Server) Stop(t testing.TB) {
 }
 
 // Migrate runs `name migrate` through run with vars as the environment, failing t
-// when it returns an error, and returns what it printed.
+// when it returns an error, and returns what it logged (JSON lines on stderr).
 func Migrate(t testing.TB, run Run, name string, vars map[string]string) string {
 	t.Helper()
 	var out strings.Builder
-	err := run(testkit.Context(t), []string{name, "migrate"}, func(k string) string { return vars[k] }, &out, io.Discard)
+	err := run(testkit.Context(t), []string{name, "migrate"}, func(k string) string { return vars[k] }, io.Discard, &out)
 	if err != nil {
 		t.Fatalf("%s migrate: %v", name, err)
 	}

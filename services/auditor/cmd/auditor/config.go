@@ -54,12 +54,7 @@ func loadServeConfig(env *config.Env) serveConfig {
 		Grace:    env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),
 		Window:   env.PositiveDuration("AUDIT_WINDOW", 15*time.Minute),
 	}
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	c.LogLevel = level
+	c.LogLevel = logging.LevelFromEnv(env)
 	return c
 }
 

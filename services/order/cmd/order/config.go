@@ -33,7 +33,7 @@ func loadServeConfig(env *config.Env) serveConfig {
 	return serveConfig{
 		DatabaseURL:    env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		HTTPAddr:       env.String("HTTP_ADDR", defaultHTTPAddr),
-		LogLevel:       logLevel(env),
+		LogLevel:       logging.LevelFromEnv(env),
 		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
 	}
 }
@@ -59,7 +59,7 @@ type migrateConfig struct {
 func loadMigrateConfig(env *config.Env) migrateConfig {
 	return migrateConfig{
 		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 	}
 }
 
@@ -69,16 +69,6 @@ func (c migrateConfig) LogValue() slog.Value {
 		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
 		slog.String("log_level", c.LogLevel.String()),
 	)
-}
-
-// logLevel reads LOG_LEVEL, recording an error on env for a level it does not know.
-func logLevel(env *config.Env) slog.Level {
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	return level
 }
 
 // load reads a command's configuration through getenv with read; the error names

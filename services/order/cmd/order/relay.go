@@ -61,7 +61,7 @@ func loadRelayConfig(env *config.Env) relayConfig {
 		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:    env.String("HTTP_ADDR", defaultRelayHTTPAddr),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
 		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
@@ -122,7 +122,7 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceRelay)
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	// Serve health and metrics while the database and the broker are awaited.
@@ -152,7 +152,7 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	logger.InfoContext(ctx, "relay listening", slog.String("addr", ln.Addr().String()))
 
 	relayErr := func() error {
-		pool, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		pool, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger, pg.CreatedBy(migrateCommand), pg.RequireTables("outbox"))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -199,7 +199,7 @@ type purgeConfig struct {
 func loadPurgeConfig(env *config.Env) purgeConfig {
 	return purgeConfig{
 		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 	}
 }
 
@@ -207,7 +207,7 @@ func loadPurgeConfig(env *config.Env) purgeConfig {
 // horizon olderThan (the --older-than flag, a Go duration such as 168h,
 // required, > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
-// each it deleted (docs/architecture.md rule 5). Unpublished rows are never
+// each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
 // deleted.
 func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(string) string, stdout, stderr io.Writer) error {
 	if olderThan <= 0 {
@@ -217,7 +217,7 @@ func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(st
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, servicePurge)
 
 	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
 	if err != nil {

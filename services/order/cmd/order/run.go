@@ -27,8 +27,21 @@ import (
 	"example.com/shop/services/order/migrations"
 )
 
-// service names the order service in logs.
-const service = "order"
+// Each process of the order service names itself in the service attribute of its
+// log lines; a one-shot command is named after its subcommand.
+const (
+	serviceAPI     = "order-api"
+	serviceRelay   = "order-relay"
+	serviceMigrate = "order-migrate"
+	servicePurge   = "order-purge-outbox"
+)
+
+// service is the binary's name, and migrateCommand the command that creates the
+// order database and its tables; serve and relay name it while they wait for them.
+const (
+	service        = "order"
+	migrateCommand = service + " migrate"
+)
 
 // run is the whole program: args are os.Args, getenv reads the environment,
 // command output goes to stdout and JSON logs to stderr. It returns when the
@@ -54,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Name:    "migrate",
 			Summary: "create the order database if missing and apply the embedded migrations",
 			Env:     func(env *config.Env) { loadMigrateConfig(env) },
-			Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stdout, stderr) },
+			Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stderr) },
 		}, {
 			Name:    "purge-outbox",
 			Summary: "delete outbox rows published, and Idempotency-Keys used, longer ago than --older-than",
@@ -82,7 +95,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceAPI)
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
 	validator, err := contracts.NewValidator()
@@ -118,12 +131,13 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	err = func() error {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return applyMigrations(ctx, cfg.DatabaseURL, logger)
+				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 			}); err != nil {
 				return err
 			}
 		}
-		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger,
+			pg.CreatedBy(migrateCommand), pg.RequireTables("orders", "outbox", "processed_event"))
 		if err != nil {
 			return err
 		}
@@ -147,32 +161,14 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 }
 
 // runMigrate creates the order database when it is missing and applies the
-// embedded migrations; running it again applies nothing.
-func runMigrate(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+// embedded migrations, logging each one and the outcome as JSON on stderr
+// (migrate.Apply); running it again applies nothing.
+func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceMigrate)
 	logger.InfoContext(ctx, "migrating", slog.Any("config", cfg))
-	applied, err := migrate.Up(ctx, cfg.DatabaseURL, migrations.FS)
-	if err != nil {
-		return err
-	}
-	for _, m := range applied {
-		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
-	}
-	fmt.Fprintf(stdout, "order database is up to date (%d migrations applied now)\n", len(applied))
-	return nil
-}
-
-func applyMigrations(ctx context.Context, databaseURL string, logger *slog.Logger) error {
-	applied, err := migrate.Up(ctx, databaseURL, migrations.FS)
-	if err != nil {
-		return err
-	}
-	for _, m := range applied {
-		logger.InfoContext(ctx, "migration applied", slog.Int64("version", m.Version), slog.String("source", m.Source))
-	}
-	return nil
+	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 }

@@ -58,7 +58,7 @@ func loadServeConfig(env *config.Env) serveConfig {
 		DatabaseURL:       env.String("SHIPPING_DATABASE_URL", defaultDatabaseURL),
 		AMQPURL:           env.String("AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:          env.String("HTTP_ADDR", defaultHTTPAddr),
-		LogLevel:          logLevel(env),
+		LogLevel:          logging.LevelFromEnv(env),
 		Workers:           env.PositiveInt("SHIPPING_WORKERS", 8),
 		InboxGroup:        env.PositiveInt("SHIPPING_INBOX_GROUP", 1),
 		InboxTx:           env.PositiveInt("SHIPPING_INBOX_TX", 2),
@@ -107,7 +107,7 @@ type toolConfig struct {
 
 // loadMigrateConfig reads what migrate needs through env.
 func loadMigrateConfig(env *config.Env) toolConfig {
-	return toolConfig{DatabaseURL: env.String("SHIPPING_DATABASE_URL", defaultDatabaseURL), LogLevel: logLevel(env)}
+	return toolConfig{DatabaseURL: env.String("SHIPPING_DATABASE_URL", defaultDatabaseURL), LogLevel: logging.LevelFromEnv(env)}
 }
 
 // loadPurgeConfig reads what purge-inbox needs through env.
@@ -122,16 +122,6 @@ func loadDLQConfig(env *config.Env) toolConfig {
 	c := loadPurgeConfig(env)
 	c.AMQPURL = env.String("AMQP_URL", config.DefaultAMQPURL)
 	return c
-}
-
-// logLevel reads LOG_LEVEL, recording an error on env for a level it does not know.
-func logLevel(env *config.Env) slog.Level {
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	return level
 }
 
 // retryDelays reads key with amqp.ParseRetryDelays, recording an error on env for a

@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Summary: "create the shipping database if missing and apply the embedded migrations",
 			Env:     func(env *config.Env) { loadMigrateConfig(env) },
 			Run: func(ctx context.Context, _ []string) error {
-				return runMigrate(ctx, getenv, stdout)
+				return runMigrate(ctx, getenv, stderr)
 			},
 		}, {
 			Name:    "purge-inbox",
@@ -158,7 +158,8 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	}()
 
 	c, err := func() (*amqp.Consumer, error) {
-		p, err := pg.WaitPool(ctx, pg.WithPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger)
+		p, err := pg.WaitPool(ctx, pg.WithPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger,
+			pg.CreatedBy(name+" migrate"), pg.RequireTables("processed_event"))
 		if err != nil {
 			return nil, err
 		}
@@ -231,20 +232,17 @@ func wrap(part string, err error) error {
 }
 
 // runMigrate creates the shipping database if it is missing and applies the embedded
-// migrations, listing the ones it applied on stdout; running it again applies nothing.
-func runMigrate(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+// migrations, logging each one and the outcome as JSON on stderr (migrate.Apply);
+// running it again applies nothing.
+func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}
-	applied, err := migrate.Up(ctx, cfg.DatabaseURL, migrations.FS)
-	if err != nil {
+	logger := logging.New(stderr, cfg.LogLevel, name+"-migrate")
+	if err := migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger); err != nil {
 		return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 	}
-	for _, m := range applied {
-		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
-	}
-	fmt.Fprintf(stdout, "%s database is up to date (%d migrations applied now)\n", name, len(applied))
 	return nil
 }
 
@@ -289,6 +287,6 @@ func runDLQ(ctx context.Context, getenv func(string) string, args []string, stdo
 	return dlq.Run(ctx, dlq.Config{
 		Consumer: events.Consumer, Queue: contracts.QueueShipping, DeadLetterQueue: contracts.QueueShippingDLQ,
 		DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
-		Logger: logging.New(stderr, cfg.LogLevel, name),
+		Logger: logging.New(stderr, cfg.LogLevel, name+"-dlq"),
 	}, args, stdout, stderr)
 }

@@ -63,7 +63,7 @@ func TestServe(t *testing.T) {
 				"STOCK_INBOX_GROUP":  group,
 				"STOCK_RETRY_DELAYS": "50ms,100ms",
 			}
-			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, "stock database is up to date (5 migrations applied now)") {
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":5}`) {
 				t.Errorf("migrate said %q", out)
 			}
 			srv := servetest.Start(t, run, "stock", vars)
@@ -152,12 +152,16 @@ func TestServeWaitsForTheDatabase(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"STOCK_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
-	if got := servetest.Migrate(t, run, "stock", vars); !strings.Contains(got, "applied 00001 ") ||
-		!strings.Contains(got, "stock database is up to date (5 migrations applied now)") {
-		t.Errorf("first migrate said %q", got)
+	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
+	got := servetest.Migrate(t, run, "stock", vars)
+	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","version":1,`,
+		`"version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":5}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("first migrate logged %s, want %s", got, want)
+		}
 	}
-	if got := servetest.Migrate(t, run, "stock", vars); !strings.Contains(got, "(0 migrations applied now)") {
-		t.Errorf("second migrate said %q", got)
+	if got := servetest.Migrate(t, run, "stock", vars); !strings.Contains(got, `"applied":0}`) {
+		t.Errorf("second migrate logged %s", got)
 	}
 	vars["STOCK_DATABASE_URL"] = "postgres://postgres:secret@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"
 	err := run(testkit.Context(t), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard)

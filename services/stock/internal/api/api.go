@@ -43,8 +43,8 @@ type reservationResponse struct {
 
 func (a *API) listReservations(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.Query().Get("order_id")
-	orderID, err := uuid.Parse(raw)
-	if raw == "" || err != nil || len(raw) != 36 {
+	orderID, err := httpx.ParseUUID(raw)
+	if err != nil {
 		p := httpx.NewProblem(http.StatusBadRequest, "query parameter order_id must be a UUID such as 0199b1d4-5c3e-7a51-9c1e-3f2a4b5c6d7e")
 		p.Field = "order_id"
 		httpx.WriteProblem(w, r, p)
