@@ -99,3 +99,31 @@ func (s *Starting) Ready(h http.Handler) { s.sw.Set(h) }
 func (s *Starting) Serve(ctx context.Context) error {
 	return ServeListener(ctx, s.ln, s.sw, s.logger)
 }
+
+// Run is a process's life cycle around s: it serves while start, called at once,
+// connects the dependencies, calls Ready and returns the process's main loop (nil
+// for none: the process then serves until ctx ends). Whichever part stops first
+// stops the others: a server failure cancels start and the loop, the loop's end
+// shuts the server down within ShutdownTimeout. It returns nil after a clean
+// shutdown, also when ctx ends while start still waits for a dependency, and
+// otherwise the errors of start or the loop and of the server, joined.
+func (s *Starting) Run(ctx context.Context, start func(ctx context.Context) (loop func(context.Context) error, err error)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- s.Serve(ctx)
+		cancel() // a server failure stops the rest too
+	}()
+	loop, err := start(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = nil // stopped while starting: a clean shutdown, unless the server failed
+	case err == nil && loop != nil:
+		err = loop(ctx)
+	case err == nil:
+		<-ctx.Done()
+	}
+	cancel()
+	return errors.Join(err, <-served)
+}

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -83,8 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // runServe serves the order API until ctx ends: config, logger, then the
-// listener, answering /healthz, /metrics and /readyz (503 until the database
-// is connected) and a 503 problem on every other path; then the optional
+// listener (httpx.Listen), answering /healthz, /metrics and /readyz (503 until the
+// database is connected) and a 503 problem on every other path; then the optional
 // migrations, retried while the server does not answer (pg.Retry); the
 // database pool, waited for with pg.WaitPool; and the order routes. ctx's end
 // starts a graceful shutdown bounded by httpx.ShutdownTimeout (10 s); it
@@ -112,50 +109,32 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	check := httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping)
 	// Serve health, readiness and metrics while the database is awaited; the
 	// order routes join once it is connected.
-	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to the database yet", check))
-
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to the database yet", check)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- httpx.ServeListener(ctx, ln, handler, logger)
-		cancel() // a server failure stops the start-up too
-	}()
-	logger.InfoContext(ctx, "order service listening", slog.String("addr", ln.Addr().String()))
-
-	err = func() error {
+	logger.InfoContext(ctx, "order service listening", slog.String("addr", srv.Addr()))
+	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
 				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 			}); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger,
 			pg.CreatedBy(migrateCommand), pg.RequireTables("orders", "outbox", "processed_event"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		pool.Store(p)
 		st := store.New(p, outbox.NewWriter(validator, contracts.ProducerOrder))
 		router := httpx.NewRouter(logger, reg, check)
 		api.New(st, logger, reg).Routes(router)
-		handler.Set(router)
+		srv.Ready(router)
 		logger.InfoContext(ctx, "order service ready", slog.String("database", config.MaskURL(cfg.DatabaseURL)))
-		return nil
-	}()
-	if err != nil && ctx.Err() != nil {
-		err = nil // stopped while starting: a clean shutdown, unless HTTP failed
-	}
-	if err != nil {
-		cancel()
-	}
-	err = errors.Join(err, <-served)
+		return nil, nil // serve until ctx ends
+	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }

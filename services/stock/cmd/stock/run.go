@@ -149,15 +149,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() {
-		errc <- wrap("http", srv.Serve(ctx))
-		cancel() // a server failure stops the rest too
-	}()
-
-	c, err := func() (*amqp.Consumer, error) {
+	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		p, err := pg.WaitPool(ctx, pg.WithPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger,
 			pg.CreatedBy(name+" migrate"), pg.RequireTables("processed_event"))
 		if err != nil {
@@ -201,34 +193,17 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			return nil, fmt.Errorf("dead-letter metrics: %w", err)
 		}
 		srv.Ready(api.NewHandler(api.New(store.New(p), logger), logger, reg, checks...))
-		return sub, nil
-	}()
-	if err != nil {
-		if ctx.Err() != nil {
-			err = nil // stopped while starting: a clean shutdown, unless HTTP failed
-		}
-		cancel()
-		err = errors.Join(err, <-errc)
-		logger.InfoContext(ctx, "stopped", slog.Any("error", err))
-		return err
-	}
-	logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
-		slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
-
-	go func() { errc <- wrap("consumer", c.Run(ctx)) }()
-	first := <-errc
-	cancel() // one part stopped: stop the other
-	err = errors.Join(first, <-errc)
+		logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
+			slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
+		return func(ctx context.Context) error {
+			if err := sub.Run(ctx); err != nil {
+				return fmt.Errorf("consumer: %w", err)
+			}
+			return nil
+		}, nil
+	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
-}
-
-// wrap names the part of serve that failed; nil stays nil.
-func wrap(part string, err error) error {
-	if err != nil {
-		return fmt.Errorf("%s: %w", part, err)
-	}
-	return nil
 }
 
 // runMigrate creates the stock database if it is missing and applies the embedded
