@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
@@ -73,22 +74,22 @@ func TestAPI(t *testing.T) {
 		{
 			name: "unknown order status", path: "/order-status/" + uuid.NewString(),
 			wantStatus: 404, wantType: "application/problem+json",
-			wantBody: map[string]any{"status": 404.0, "title": "Not Found"},
+			wantBody: map[string]any{"status": 404.0, "type": httpx.KindNotFound.Type()},
 		},
 		{
 			name: "unknown shipment", path: "/shipments/" + uuid.NewString(),
 			wantStatus: 404, wantType: "application/problem+json",
-			wantBody: map[string]any{"status": 404.0, "title": "Not Found"},
+			wantBody: map[string]any{"status": 404.0, "type": httpx.KindNotFound.Type()},
 		},
 		{
 			name: "bad order status id", path: "/order-status/not-a-uuid",
 			wantStatus: 400, wantType: "application/problem+json",
-			wantBody: map[string]any{"status": 400.0, "field": "order_id"},
+			wantBody: map[string]any{"status": 400.0, "type": httpx.KindInvalidRequest.Type()},
 		},
 		{
 			name: "bad shipment id", path: "/shipments/" + strings.ReplaceAll(placed.String(), "-", ""),
 			wantStatus: 400, wantType: "application/problem+json",
-			wantBody: map[string]any{"status": 400.0, "field": "order_id"},
+			wantBody: map[string]any{"status": 400.0, "type": httpx.KindInvalidRequest.Type()},
 		},
 	}
 	for _, tt := range tests {
