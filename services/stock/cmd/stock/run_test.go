@@ -30,7 +30,7 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 		"AMQP_URL":           amqpURL,
 		"STOCK_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "stock database is up to date (5 migrations applied now)") {
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "stock database is up to date (6 migrations applied now)") {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)

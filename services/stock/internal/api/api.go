@@ -48,16 +48,19 @@ func errorRules() []httpx.Rule {
 	}
 }
 
-// reservationResponse is one element of the GET /reservations answer.
+// reservationResponse is one element of the GET /reservations answer; status is
+// "held" or "released".
 type reservationResponse struct {
 	ID        uuid.UUID `json:"id"`
 	OrderID   uuid.UUID `json:"order_id"`
 	ProductID uuid.UUID `json:"product_id"`
 	Quantity  string    `json:"quantity"`
+	Status    string    `json:"status"`
 }
 
 // listReservations handles GET /reservations?order_id={uuid}: 200 with the order's
-// reservations in line order ([] for an order stock holds nothing for).
+// reservations in line order, held or released ([] for an order stock never held
+// anything for).
 func (a *API) listReservations(w http.ResponseWriter, r *http.Request) error {
 	orderID, err := httpx.QueryUUID(r, "order_id")
 	if err != nil {
@@ -69,7 +72,8 @@ func (a *API) listReservations(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]reservationResponse, len(list))
 	for n, res := range list {
-		out[n] = reservationResponse{ID: res.ID, OrderID: res.OrderID, ProductID: res.ProductID, Quantity: res.Quantity}
+		out[n] = reservationResponse{ID: res.ID, OrderID: res.OrderID, ProductID: res.ProductID, Quantity: res.Quantity,
+			Status: string(res.Status)}
 	}
 	httpx.WriteJSON(w, http.StatusOK, out)
 	return nil
