@@ -216,9 +216,23 @@ func QueryUUID(r *http.Request, name string) (uuid.UUID, error) {
 }
 
 func parseParamUUID(s, name, in string) (uuid.UUID, error) {
+	id, err := ParseUUID(s)
+	if err != nil {
+		return uuid.Nil, paramError(name, in, "must be a UUID such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+	}
+	return id, nil
+}
+
+// ErrNotUUID is the error of ParseUUID.
+var ErrNotUUID = errors.New("not a UUID in its canonical form, such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+
+// ParseUUID parses s as a UUID in its canonical 36-character form (8-4-4-4-12 hex
+// digits, either case); the other forms uuid.Parse accepts (braces, urn:uuid:, no
+// hyphens) and "" return ErrNotUUID. Every UUID an API reads goes through it.
+func ParseUUID(s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil || len(s) != 36 {
-		return uuid.Nil, paramError(name, in, "must be a UUID such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+		return uuid.Nil, ErrNotUUID
 	}
 	return id, nil
 }

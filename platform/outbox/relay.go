@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/backoff"
 	"example.com/shop/platform/pg"
 )
 
@@ -334,7 +334,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// Wait one LockRetry before contending again, so that a standby whose
 		// session is healthy takes over rather than the relay that just lost
 		// its lock connection.
-		if sleep(ctx, r.cfg.LockRetry) != nil {
+		if backoff.Sleep(ctx, r.cfg.LockRetry) != nil {
 			return nil
 		}
 	}
@@ -380,7 +380,7 @@ func (r *Relay) standBy(ctx context.Context) (*pgx.Conn, error) {
 				conn = nil
 			}
 		}
-		if err := sleep(ctx, r.cfg.LockRetry); err != nil {
+		if err := backoff.Sleep(ctx, r.cfg.LockRetry); err != nil {
 			if conn != nil {
 				_ = conn.Close(context.WithoutCancel(ctx))
 			}
@@ -446,12 +446,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		r.mu.Unlock()
 	}()
 
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(r.cfg.PollInterval),
-		backoff.WithMaxInterval(r.cfg.MaxBackoff),
-		backoff.WithMaxElapsedTime(0), // retry for as long as it leads
-	)
-	single := false // after a failed publish, send only the failing row
+	// Retry for as long as it leads; after a failed publish, send only the failing row.
+	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff)
+	single := false
 	for {
 		limit := r.cfg.BatchSize
 		if single {
@@ -816,20 +813,8 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.logger.WarnContext(ctx, "outbox relay: backlog query failed", slog.Any("error", err))
 		}
-		if sleep(ctx, r.cfg.StatsInterval) != nil {
+		if backoff.Sleep(ctx, r.cfg.StatsInterval) != nil {
 			return
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends, whose error it then returns.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

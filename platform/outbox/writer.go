@@ -1,6 +1,6 @@
 // Package outbox implements the transactional outbox: a Writer that records an
 // event in the caller's database transaction, and a relay that publishes the
-// recorded events to the broker (DESIGN.md rules 1 and 2).
+// recorded events to the broker (docs/architecture.md, rules 1 and 2).
 package outbox
 
 import (
@@ -21,7 +21,7 @@ import (
 const NotifyChannel = "outbox_inserted"
 
 // Writer builds event envelopes, checks them against the contract schemas and
-// inserts them as outbox rows inside the caller's transaction (DESIGN.md
+// inserts them as outbox rows inside the caller's transaction (docs/architecture.md,
 // rule 1). A Writer is immutable and safe for concurrent use.
 type Writer struct {
 	validator *contracts.Validator

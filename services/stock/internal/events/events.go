@@ -24,7 +24,7 @@ const Consumer = contracts.ConsumerStock
 
 // Register adds the stock handlers to in: order.order.placed.v1 reserves every line
 // of the order, order.order.cancelled.v1 releases them, each only when its version wins
-// store.ApplyStatus (docs/architecture.md rule 4). Stale events are logged to logger at
+// store.ApplyStatus (docs/architecture.md, rule 4). Stale events are logged to logger at
 // info level (nil discards) and acknowledged: they are not failures. A payload that
 // does not decode, or a change that can never apply, is an error wrapping
 // inbox.ErrPermanent (dead-lettered at once); a database error is returned as it is,

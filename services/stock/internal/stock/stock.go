@@ -1,6 +1,6 @@
 // Package stock is the stock service's domain: the stock held for each line of a placed
 // order, and the versioned copy of the order's status that decides whether an order event
-// still applies (docs/architecture.md rule 4). It knows no SQL and no transport.
+// still applies (docs/architecture.md, rule 4). It knows no SQL and no transport.
 package stock
 
 import (
@@ -26,7 +26,7 @@ const (
 )
 
 // StatusChange is what an order event says: order OrderID reached Status at Version.
-// Only Version decides which of two changes is newer (docs/architecture.md rule 4);
+// Only Version decides which of two changes is newer (docs/architecture.md, rule 4);
 // event ids and occurred_at never do.
 type StatusChange struct {
 	OrderID uuid.UUID // the order the event is about
