@@ -37,15 +37,14 @@ func (e *env) measureRelay(ctx context.Context) error {
 	}
 
 	for _, run := range []struct {
-		name  string
-		mode  outbox.Mode
-		limit time.Duration
+		name, mode string
+		limit      time.Duration
 	}{
-		{"relay_one_at_a_time", outbox.OneAtATime, s.OneAtATimeLimit},
-		{"relay_pipelined", outbox.Pipelined, 0},
+		{"relay_one_at_a_time", "one-at-a-time", s.OneAtATimeLimit},
+		{"relay_pipelined", "pipelined", 0},
 	} {
 		vhost := "relay-pipelined"
-		if run.mode == outbox.OneAtATime {
+		if run.mode == "one-at-a-time" {
 			vhost = "relay-one"
 		}
 		dbURL, err := e.createDatabase(ctx, e.dbName(run.name), e.dbName("relay-src"))
@@ -79,7 +78,7 @@ func (e *env) measureRelay(ctx context.Context) error {
 // published rows per second and their number. The clock starts when the
 // relay starts, so it includes taking the advisory lock and opening the
 // channel.
-func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.Mode, limit time.Duration) (float64, int, error) {
+func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode string, limit time.Duration) (float64, int, error) {
 	pool, err := pg.NewPool(ctx, dbURL)
 	if err != nil {
 		return 0, 0, err
@@ -90,9 +89,14 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.M
 		return 0, 0, err
 	}
 	defer func() { _ = conn.Close() }()
-	pub := amqp.NewPublisher(conn, contracts.Exchange)
-	defer func() { _ = pub.Close() }()
-	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Mode: mode}, e.logger, metrics.NewRegistry())
+	newPublisher := func() outbox.Publisher {
+		pub := amqp.NewPublisher(conn, contracts.Exchange)
+		if mode == "one-at-a-time" {
+			return oneAtATime{pub}
+		}
+		return pub
+	}
+	relay, err := outbox.NewRelay(pool, newPublisher, outbox.RelayConfig{}, e.logger, metrics.NewRegistry())
 	if err != nil {
 		return 0, 0, err
 	}
@@ -146,4 +150,24 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.M
 		return 0, 0, fmt.Errorf("relay published nothing in %s", elapsed)
 	}
 	return float64(published) / elapsed.Seconds(), published, nil
+}
+
+// oneAtATime publishes each message of a batch alone and waits for its
+// confirm before the next: the slow baseline that the relay's pipelined
+// batches replace. confirmTimeout bounds the whole batch; when it is spent
+// the batch ends early without an error and the rest waits for the next.
+type oneAtATime struct{ *amqp.Publisher }
+
+func (o oneAtATime) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
+	deadline := time.Now().Add(confirmTimeout)
+	for i := range msgs {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return i, nil
+		}
+		if _, err := o.Publisher.PublishBatch(ctx, msgs[i:i+1], left); err != nil {
+			return i, err
+		}
+	}
+	return len(msgs), nil
 }

@@ -129,9 +129,13 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 
 	// The standby, in this process.
 	standby, standbyLogs, _ := startRelay(t, vars)
-	waitFor(t, "the standby stands by", 30*time.Second, func() bool {
-		return strings.Contains(standbyLogs.String(), "another relay holds the lock")
+	waitFor(t, "the standby joins, leading nothing", 30*time.Second, func() bool {
+		return strings.Contains(standbyLogs.String(), "outbox relay joined")
 	})
+	time.Sleep(300 * time.Millisecond) // a few rounds: the only partition stays with the leader
+	if v := metricValue(t, standby, "relay_leader"); v != 0 {
+		t.Fatalf("the standby leads (relay_leader %v) beside a live leader", v)
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
