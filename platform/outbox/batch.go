@@ -20,8 +20,11 @@ import (
 var errPartitionBusy = errors.New("another batch of the partition is still open")
 
 // lead publishes partition p until ctx ends (given back, or the relay
-// stops) or its batch finds the lock gone.
-func (r *Relay) lead(ctx context.Context, p *partition, lockPID uint32) {
+// stops) or its batch finds the lock gone. A batch being published when
+// the partition is given back is finished first (its publishing ends only
+// with relayCtx, the relay's own end, or its deadline), so a rebalance
+// sends nothing twice.
+func (r *Relay) lead(relayCtx, ctx context.Context, p *partition, lockPID uint32) {
 	pub := r.newPublisher()
 	defer func() { _ = pub.Close() }()
 	defer func() {
@@ -41,7 +44,7 @@ func (r *Relay) lead(ctx context.Context, p *partition, lockPID uint32) {
 		if single {
 			limit = 1
 		}
-		n, pubFailed, err := r.publishBatch(ctx, pub, p, lockPID, limit)
+		n, pubFailed, err := r.publishBatch(ctx, relayCtx, pub, p, lockPID, limit)
 		if ctx.Err() != nil {
 			return
 		}
@@ -140,8 +143,9 @@ func failureReason(err error) string {
 // failure, commit (docs/architecture.md rule 2). It returns the number of
 // rows selected, whether publishing failed (as opposed to the database),
 // and the batch's error, if any: errLockLost when the lock is gone,
-// errPartitionBusy when a former leader's batch is still open.
-func (r *Relay) publishBatch(ctx context.Context, pub Publisher, p *partition, lockPID uint32, limit int) (int, bool, error) {
+// errPartitionBusy when a former leader's batch is still open. ctx ends the
+// partition's work; publishing stops early only when pubCtx ends.
+func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *partition, lockPID uint32, limit int) (int, bool, error) {
 	// Database work outlives ctx so that a confirmed prefix is still marked
 	// on shutdown, but it is bounded.
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout+2*finishTimeout)
@@ -162,7 +166,7 @@ func (r *Relay) publishBatch(ctx context.Context, pub Publisher, p *partition, l
 		r.m.batchSize.Observe(float64(n))
 		r.setBusy(p, time.Now())
 		start := time.Now()
-		confirmed, err := pub.PublishBatch(ctx, msgs, r.cfg.ConfirmTimeout)
+		confirmed, err := pub.PublishBatch(pubCtx, msgs, r.cfg.ConfirmTimeout)
 		r.setBusy(p, time.Time{})
 		if err == nil {
 			r.m.confirmLatency.Observe(time.Since(start).Seconds())
@@ -176,7 +180,7 @@ func (r *Relay) publishBatch(ctx context.Context, pub Publisher, p *partition, l
 			}
 			b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])`, ids)
 		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && pubCtx.Err() == nil {
 			// A broker failure, not our shutdown: count it on the row that
 			// stopped the batch.
 			pubErr = r.explain(err)

@@ -438,7 +438,7 @@ func (r *Relay) started(ctx context.Context, n int, lockPID uint32, parts map[in
 	r.logger.InfoContext(ctx, "outbox relay leads a partition", slog.Int("partition", n), slog.Int("partitions", r.cfg.Partitions))
 	wg.Go(func() {
 		defer close(p.done)
-		r.lead(pctx, p, lockPID)
+		r.lead(ctx, pctx, p, lockPID)
 	})
 }
 

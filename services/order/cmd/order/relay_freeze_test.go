@@ -185,26 +185,28 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 // transaction open, is replaced: the new leader waits until that
 // transaction ends (the partition's batch lock), then publishes
 // everything. Woken up (SIGCONT) after that, the old leader sends nothing
-// more: its batch's publishing deadline has passed. Every order's placed
-// first reaches the queue before its cancelled.
+// more, not even the rest of its batch: the batch's publishing deadline has
+// passed. Every order's placed first reaches the queue before its
+// cancelled.
 func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
 	amqpURL := testkit.NewVhost(t)
 	vars := map[string]string{
-		"ORDER_DATABASE_URL":    dbURL,
-		"AMQP_URL":              amqpURL,
-		"HTTP_ADDR":             "127.0.0.1:0",
-		"RELAY_POLL_INTERVAL":   "50ms",
-		"RELAY_CONFIRM_TIMEOUT": "1s", // the batch transaction then ends 21 s after it went idle
-		"RELAY_BATCH_SIZE":      "2000",
+		"ORDER_DATABASE_URL": dbURL,
+		// A long heartbeat: the broker keeps the frozen leader's connection,
+		// so that, woken up, it could still send.
+		"AMQP_URL":            amqpURL + "?heartbeat=300",
+		"HTTP_ADDR":           "127.0.0.1:0",
+		"RELAY_POLL_INTERVAL": "50ms",
+		"RELAY_BATCH_SIZE":    "2000",
 	}
 	cmd, leader, _ := startChildRelay(t, vars)
 	waitFor(t, "the child leads", 30*time.Second, func() bool { return metricValue(t, leader, "relay_leader") == 1 })
 	got := collectOrders(t, amqpURL)
 
-	// 6,000 orders, each placed and cancelled 3,000 events later.
-	const orders = 6000
+	// 2,000 orders, each placed and cancelled 2,000 events later.
+	const orders = 2000
 	rows := make([][]any, 0, 2*orders)
 	ids := make([]uuid.UUID, orders)
 	base := time.Now().Add(-time.Minute)
@@ -237,7 +239,8 @@ func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) 
 		t.Fatal(err)
 	}
 
-	// Freeze the leader while one of its batches is open.
+	// Freeze the leader in the middle of sending its first batch: its
+	// transaction is open and part of the batch has reached the queue.
 	openBatch := func() bool {
 		var n int
 		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
@@ -246,34 +249,31 @@ func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) 
 		}
 		return n > 0
 	}
-	frozen := false
-	for end := time.Now().Add(30 * time.Second); !frozen && time.Now().Before(end); {
-		if !openBatch() {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		if openBatch() {
-			frozen = true
-			break
-		}
-		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
+	waitFor(t, "the first messages arrive", 60*time.Second, func() bool { return got.len() >= 50 })
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
 	}
-	if !frozen {
-		t.Fatal("could not freeze the leader with a batch open")
+	sent := got.len()
+	if !openBatch() || unpublished(t, pool) != 2*orders {
+		t.Fatal("the leader froze after its first batch, not in it")
 	}
+	t.Logf("frozen in its first batch of 2000, %d messages of it in the queue so far", sent)
 	left := unpublished(t, pool)
-	t.Logf("frozen with a batch open; %d of %d rows unpublished", left, 2*orders)
-	if left == 0 {
-		t.Fatal("frozen after the last batch: nothing left to take over")
-	}
 
 	standby, standbyLogs, _ := startRelay(t, vars)
 	waitFor(t, "the standby leads", 30*time.Second, func() bool { return metricValue(t, standby, "relay_leader") == 1 })
+	// The old batch's transaction still holds the partition's batch lock:
+	// the new leader publishes nothing yet.
+	time.Sleep(time.Second)
+	if n := unpublished(t, pool); n != left {
+		t.Fatalf("the new leader published %d rows while the old batch was open", left-n)
+	}
+	// End it now, as idle_in_transaction_session_timeout would 25 s after
+	// it went idle.
+	if _, err := pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the new leader publishes everything", 90*time.Second, func() bool { return unpublished(t, pool) == 0 })
 	if !strings.Contains(standbyLogs.String(), `"level":"INFO","msg":"outbox relay leads a partition"`) {
 		t.Fatalf("no leader log line:\n%s", standbyLogs)
