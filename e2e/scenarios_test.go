@@ -48,7 +48,7 @@ func TestPlaceReservesAndShips(t *testing.T) {
 
 // TestDoubleClick places one order twice at the same moment: one request
 // wins with 200, the other waits on the row lock and gets 409, and exactly
-// one event and one set of reservations follow (DESIGN.md rule 1).
+// one event and one set of reservations follow (docs/architecture.md, rule 1).
 func TestDoubleClick(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})
@@ -90,7 +90,7 @@ func TestDoubleClick(t *testing.T) {
 
 // TestDuplicateRepublish publishes an already delivered event again, as a
 // relay that crashed between the broker's confirm and its commit would: both
-// consumers recognise it by its event_id and change nothing (DESIGN.md rule 3).
+// consumers recognise it by its event_id and change nothing (docs/architecture.md, rule 3).
 func TestDuplicateRepublish(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})

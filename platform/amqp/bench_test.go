@@ -7,7 +7,7 @@ import (
 )
 
 // The benchmarks publish into the quorum queue of a private topology; one
-// op is one message. Compare msgs/s of the two modes (DESIGN.md rule 2).
+// op is one message. Compare msgs/s of the two modes (docs/architecture.md, rule 2).
 
 func BenchmarkPublishBatch(b *testing.B) {
 	for _, size := range []int{100, 500} {

@@ -15,7 +15,7 @@ import (
 // Message is one event to publish. The AMQP message gets delivery mode
 // persistent, content type application/json and these properties.
 type Message struct {
-	// RoutingKey is the event name (DESIGN.md "Messaging").
+	// RoutingKey is the event name (docs/architecture.md, "The flow").
 	RoutingKey string
 	// MessageID is the event_id; it must be unique within a batch because
 	// returned (unroutable) messages are matched by it.
@@ -68,7 +68,7 @@ func (e *PublishError) Unwrap() error { return e.Err }
 const returnsBuffer = 256
 
 // Publisher publishes to one exchange on its own confirm-mode channel with
-// the mandatory flag, and reports what the broker confirmed (DESIGN.md
+// the mandatory flag, and reports what the broker confirmed (docs/architecture.md,
 // rule 2: publish, wait for the confirm, only then mark as published).
 //
 // A Publisher is safe for concurrent use; calls are serialised on its one

@@ -186,13 +186,26 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// URLParamUUID returns the chi URL parameter name parsed as a UUID in its canonical
-// 36-character form. When it is missing or malformed it returns a 400 Problem whose detail
-// and Field name the parameter.
-func URLParamUUID(r *http.Request, name string) (uuid.UUID, *Problem) {
-	s := chi.URLParam(r, name)
+// ErrNotUUID is the error of ParseUUID.
+var ErrNotUUID = errors.New("not a UUID in its canonical form, such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+
+// ParseUUID parses s as a UUID in its canonical 36-character form (8-4-4-4-12 hex
+// digits, either case); the other forms uuid.Parse accepts (braces, urn:uuid:, no
+// hyphens) and "" return ErrNotUUID. Every UUID an API reads goes through it.
+func ParseUUID(s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil || len(s) != 36 {
+		return uuid.Nil, ErrNotUUID
+	}
+	return id, nil
+}
+
+// URLParamUUID returns the chi URL parameter name parsed with ParseUUID. When it is
+// missing or malformed it returns a 400 Problem whose detail and Field name the
+// parameter.
+func URLParamUUID(r *http.Request, name string) (uuid.UUID, *Problem) {
+	id, err := ParseUUID(chi.URLParam(r, name))
+	if err != nil {
 		p := NewProblem(http.StatusBadRequest, fmt.Sprintf("path parameter %q must be a UUID", name))
 		p.Field = name
 		return uuid.UUID{}, &p

@@ -1,6 +1,7 @@
 package httpx_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -159,5 +160,20 @@ func TestWriteJSON(t *testing.T) {
 	}
 	if strings.Contains(rec.Body.String(), "func") {
 		t.Errorf("body leaks the marshal error: %s", rec.Body)
+	}
+}
+
+func TestParseUUIDAcceptsOnlyTheCanonicalForm(t *testing.T) {
+	t.Parallel()
+	const canonical = "0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f"
+	for _, s := range []string{canonical, strings.ToUpper(canonical)} {
+		if id, err := httpx.ParseUUID(s); err != nil || id.String() != canonical {
+			t.Errorf("ParseUUID(%q) = %v, %v", s, id, err)
+		}
+	}
+	for _, s := range []string{"", "0190a7c47c1e7d2a9f3b5a8c2e1d4b6f", "{" + canonical + "}", "urn:uuid:" + canonical, canonical[:35] + "g"} {
+		if _, err := httpx.ParseUUID(s); !errors.Is(err, httpx.ErrNotUUID) {
+			t.Errorf("ParseUUID(%q) = %v, want ErrNotUUID", s, err)
+		}
 	}
 }

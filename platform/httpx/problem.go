@@ -17,7 +17,7 @@ const ContentTypeProblem = "application/problem+json"
 const ContentTypeJSON = "application/json"
 
 // Problem is an RFC 9457 problem details object, the body of every error response
-// (DESIGN.md, "errors are RFC 9457 application/problem+json"). Detail is written for the
+// (RFC 9457 application/problem+json). Detail is written for the
 // client and must never carry internal error text.
 type Problem struct {
 	// Type is a URI identifying the problem type; WriteProblem uses "about:blank" when empty.

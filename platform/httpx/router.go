@@ -15,6 +15,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"example.com/shop/platform/metrics"
 )
 
 // ReadyTimeout bounds each readiness Check run by GET /readyz (2 s).
@@ -167,17 +169,11 @@ func newRequestMetrics(reg prometheus.Registerer) requestMetrics {
 }
 
 // registerOrExisting registers c on reg, or returns the identical collector registered
-// before, so that building a second router on one registry does not fail.
+// before (metrics.Register), so that building a second router on one registry does not
+// fail. A different collector with the same name is left unregistered rather than
+// failing the router; the conflict is visible as missing series.
 func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A different collector with the same name: keep this one unregistered rather
-		// than fail the router; the conflict is visible as missing series.
-	}
+	c, _ = metrics.Register(reg, c)
 	return c
 }
 

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/backoff"
 	"example.com/shop/platform/pg"
 )
 
@@ -33,12 +33,9 @@ func (r *Relay) lead(relayCtx, ctx context.Context, p *partition, lockPID uint32
 		r.mu.Unlock()
 	}()
 	label := strconv.Itoa(p.n)
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(r.cfg.PollInterval),
-		backoff.WithMaxInterval(r.cfg.MaxBackoff),
-		backoff.WithMaxElapsedTime(0), // retry for as long as it leads
-	)
-	single := false // after a failed publish, send only the failing row
+	// Retry for as long as it leads; after a failed publish, send only the failing row.
+	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff)
+	single := false
 	for {
 		limit := r.cfg.BatchSize
 		if single {
@@ -140,7 +137,7 @@ func failureReason(err error) string {
 // publishBatch runs one cycle of partition p in one transaction: take the
 // partition's batch lock, check that lockPID still leads p, select up to
 // limit rows, publish them, mark the confirmed prefix, record the first
-// failure, commit (docs/architecture.md rule 2). It returns the number of
+// failure, commit (docs/architecture.md, rule 2). It returns the number of
 // rows selected, whether publishing failed (as opposed to the database),
 // and the batch's error, if any: errLockLost when the lock is gone,
 // errPartitionBusy when a former leader's batch is still open. ctx ends the

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"example.com/shop/platform/backoff"
 )
 
 // lockKeys are the advisory locks (two-int form: class, object) the relays
@@ -95,7 +97,7 @@ func (r *Relay) join(ctx context.Context) (*pgx.Conn, error) {
 				conn = nil
 			}
 		}
-		if err := sleep(ctx, r.cfg.LockRetry); err != nil {
+		if err := backoff.Sleep(ctx, r.cfg.LockRetry); err != nil {
 			if conn != nil {
 				_ = conn.Close(context.WithoutCancel(ctx))
 			}

@@ -15,6 +15,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/backoff"
 )
 
 // Defaults applied by NewRelay to zero RelayConfig fields.
@@ -334,7 +335,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.logger.WarnContext(ctx, "outbox relay lost its lock session, standing by", slog.Any("error", err))
 		// Wait one LockRetry before joining again, so that relays whose
 		// sessions are healthy take the partitions first.
-		if sleep(ctx, r.cfg.LockRetry) != nil {
+		if backoff.Sleep(ctx, r.cfg.LockRetry) != nil {
 			return nil
 		}
 	}
@@ -413,20 +414,8 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		case ctx.Err() == nil:
 			r.logger.WarnContext(ctx, "outbox relay: backlog query failed", slog.Any("error", err))
 		}
-		if sleep(ctx, r.cfg.StatsInterval) != nil {
+		if backoff.Sleep(ctx, r.cfg.StatsInterval) != nil {
 			return
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends, whose error it then returns.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

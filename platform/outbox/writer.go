@@ -1,6 +1,6 @@
 // Package outbox implements the transactional outbox: a Writer that records an
 // event in the caller's database transaction, and a relay that publishes the
-// recorded events to the broker (docs/architecture.md rules 1 and 2).
+// recorded events to the broker (docs/architecture.md, rules 1 and 2).
 package outbox
 
 import (
@@ -24,7 +24,7 @@ const NotifyChannel = "outbox_inserted"
 
 // Writer builds event envelopes, checks them against the contract schemas and
 // inserts them as outbox rows inside the caller's transaction
-// (docs/architecture.md rule 1). A Writer is immutable and safe for concurrent use.
+// (docs/architecture.md, rule 1). A Writer is immutable and safe for concurrent use.
 type Writer struct {
 	validator *contracts.Validator
 	producer  string
@@ -51,7 +51,7 @@ func NewWriter(v *contracts.Validator, producer string, opts ...WriterOption) *W
 }
 
 // KeyHash is the stable hash of an aggregate key that decides its relay
-// partition (KeyHash(key) % RelayConfig.Partitions, docs/architecture.md
+// partition (KeyHash(key) % RelayConfig.Partitions, docs/architecture.md,
 // rule 2): the first 32 bits of the key's MD5 as a non-negative int32, and 0
 // for the empty key. It equals the SQL function outbox_key_hash of the
 // outbox migration, and never changes: it is stored with the row.
@@ -70,7 +70,7 @@ func KeyHash(key string) int32 {
 // the same bytes into outbox with id = event_id, routing_key = eventName,
 // aggregate_key = aggregateKey and key_hash = KeyHash(aggregateKey). The
 // relay keeps the events of one aggregateKey (the order id) in order
-// (docs/architecture.md rule 2); an empty key puts the row in one sequence
+// (docs/architecture.md, rule 2); an empty key puts the row in one sequence
 // with every other keyless row. The statement-level trigger on outbox then
 // notifies NotifyChannel when tx commits.
 //

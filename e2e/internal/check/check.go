@@ -132,7 +132,7 @@ type shipState struct {
 //     ordered quantity;
 //   - a cancelled order holds no reservation;
 //   - an order with at least one event is known to shipping with the
-//     order's own status and version (DESIGN.md rule 4), and its shipment
+//     order's own status and version (docs/architecture.md, rule 4), and its shipment
 //     follows the status (placed -> ready, cancelled -> cancelled);
 //
 // and, over all events: every outbox row is published (rule 2), and every

@@ -1,5 +1,5 @@
 -- +goose Up
--- Relay partitions (docs/architecture.md rule 2; docs/adr/0007-relay-partitions.md).
+-- Relay partitions (docs/architecture.md, rule 2; docs/adr/0007-relay-partitions.md).
 -- Every outbox row carries the key of the aggregate whose events must stay in
 -- order (the order id) and a stable hash of it; a relay configured with N
 -- partitions publishes partition key_hash % N. The hash is stored, the

@@ -62,7 +62,7 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:    env.String("HTTP_ADDR", config.DefaultRelayHTTPAddr),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
 		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
@@ -126,7 +126,7 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceRelay)
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	// Serve health and metrics while the database and the broker are awaited.
@@ -156,7 +156,7 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 	logger.InfoContext(ctx, "relay listening", slog.String("addr", ln.Addr().String()))
 
 	relayErr := func() error {
-		pool, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		pool, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger, pg.CreatedBy(migrateCommand), pg.RequireTables("outbox"))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -205,7 +205,7 @@ type purgeConfig struct {
 // horizon given by --older-than (a Go duration such as 168h, required,
 // > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
-// each it deleted (docs/architecture.md rule 5). Unpublished rows are never
+// each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
 // deleted.
 func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)
@@ -223,12 +223,12 @@ func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) stri
 	env := config.NewEnv(getenv)
 	cfg := purgeConfig{
 		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 	}
 	if err := env.Err(); err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, servicePurge)
 
 	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package api is the order service's HTTP interface: it decodes and checks
 // requests, calls the store, and maps results and errors to JSON and
-// problem+json responses (DESIGN.md "HTTP").
+// problem+json responses (services/order/api/openapi.yaml).
 package api
 
 import (

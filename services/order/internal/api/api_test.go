@@ -248,7 +248,7 @@ func TestOrderLifeCycle(t *testing.T) {
 }
 
 // Two concurrent places on one draft, 20 times: exactly one 200 and one 409 each time,
-// one outbox row, and the version goes from 1 to 2 once (DESIGN.md rule 1).
+// one outbox row, and the version goes from 1 to 2 once (docs/architecture.md, rule 1).
 func TestConcurrentPlace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

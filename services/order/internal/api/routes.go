@@ -2,7 +2,7 @@ package api
 
 import "github.com/go-chi/chi/v5"
 
-// Routes registers every route of the order API on r (DESIGN.md "HTTP"). The
+// Routes registers every route of the order API on r (services/order/api/openapi.yaml). The
 // shared middleware (request id, logging, metrics, recovery, body limit) and
 // /healthz, /readyz, /metrics come from httpx.NewRouter; api/openapi.yaml
 // documents each route below, and a test keeps the two in step.

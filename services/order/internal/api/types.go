@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/platform/httpx"
 	"example.com/shop/services/order/internal/order"
 )
 
@@ -62,14 +63,14 @@ func parseUUID(s string) (uuid.UUID, error) {
 	if s == "" {
 		return uuid.Nil, order.ErrRequired
 	}
-	id, err := uuid.Parse(s)
-	if err != nil || len(s) != 36 {
+	id, err := httpx.ParseUUID(s)
+	if err != nil {
 		return uuid.Nil, errNotUUID
 	}
 	return id, nil
 }
 
-// orderResponse is an order as the API shows it (DESIGN.md "HTTP").
+// orderResponse is an order as the API shows it (services/order/api/openapi.yaml).
 type orderResponse struct {
 	ID         string         `json:"id"`
 	CustomerID string         `json:"customer_id"`

@@ -1,5 +1,5 @@
 // Package store keeps orders in PostgreSQL and writes the events their
-// transitions record to the outbox in the same transaction (DESIGN.md rule 1).
+// transitions record to the outbox in the same transaction (docs/architecture.md, rule 1).
 package store
 
 import (
@@ -93,7 +93,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
 // this one commits, then sees its result), loads the lines, calls fn, and when
 // fn returns nil and changed the version, saves status, version and updated_at
 // and writes every event fn's transitions recorded to the outbox through the
-// outbox.Writer, then commits (DESIGN.md rule 1).
+// outbox.Writer, then commits (docs/architecture.md, rule 1).
 //
 // It returns an error wrapping order.ErrNotFound when no order has id, fn's
 // error when fn fails, and the Writer's error (a *contracts.ValidationError
