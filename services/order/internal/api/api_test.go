@@ -63,7 +63,13 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool, opts ...outbox.WriterOption) *en
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(pool, outbox.NewWriter(v, contracts.ProducerOrder, opts...))
+	return newEnvWith(t, pool, outbox.NewWriter(v, contracts.ProducerOrder, opts...))
+}
+
+// newEnvWith serves the API on pool, writing events with w.
+func newEnvWith(t *testing.T, pool *pgxpool.Pool, w *outbox.Writer) *env {
+	t.Helper()
+	st := store.New(pool, w)
 	reg := prometheus.NewRegistry()
 	r := httpx.NewRouter(nil, reg)
 	api.New(st, nil, reg).Routes(r)
@@ -311,13 +317,18 @@ func TestConcurrentPlace(t *testing.T) {
 	}
 }
 
-// A forced schema failure answers 500, leaves the order a draft at version 1, and writes
-// no outbox row: the envelope check rolls the whole transaction back.
+// A forced schema failure (a Writer with an empty producer, which the
+// envelope schema refuses) answers 500, leaves the order a draft at version
+// 1, and writes no outbox row: the envelope check rolls the whole
+// transaction back.
 func TestSchemaFailureLeavesDraft(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, outbox.WithEnvelopeHook(func(env *contracts.Envelope) {
-		env.Payload = json.RawMessage(`{"order_id":"not-a-uuid"}`)
-	}))
+	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, pool, outbox.NewWriter(v, ""))
 	o := e.create(t)
 	checkProblem(t, e.post(t, "/orders/"+o.ID+"/place", ""), http.StatusInternalServerError, "")
 	got := decodeOrder(t, e.do(t, http.MethodGet, "/orders/"+o.ID, "", nil, nil))

@@ -140,10 +140,11 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as
+// aggregate key (so the relay keeps one order's events in order) and as
 // correlation id.
 func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
 	for _, e := range o.Events() {
-		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), e.Payload); err != nil {
+		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), o.ID().String(), e.Payload); err != nil {
 			return err
 		}
 	}
