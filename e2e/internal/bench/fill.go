@@ -13,7 +13,7 @@ import (
 )
 
 // stockConsumer is the name bin/stock records its processed_event keys
-// under (services/stock's reservation.Consumer).
+// under (services/stock's events.Consumer).
 const stockConsumer = "stock"
 
 // placedBody returns the JSON envelope of a new order.order.placed.v1 event

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/services/shipping/internal/shipping"
@@ -22,23 +20,17 @@ import (
 )
 
 // Consumer is the name shipping records its processed_event keys under.
-const Consumer = "shipping"
-
-// Queue returns the shipping service's queue: shipping.events bound to the events
-// Register handles, with its dead-letter queue shipping.events.dlq (DESIGN.md
-// "Messaging"). It has no retry delays; consumerapp.Topology adds the configured ones.
-func Queue() amqp.QueueSpec {
-	return amqp.QueueSpec{
-		Name:            contracts.QueueShipping,
-		DeadLetterQueue: contracts.QueueShippingDLQ,
-		RoutingKeys:     []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled},
-	}
-}
+const Consumer = contracts.ConsumerShipping
 
 // Register adds the shipping handlers to in: order.order.placed.v1 records the
 // status placed, order.order.cancelled.v1 the status cancelled, each through
-// store.Apply (DESIGN.md rule 4). Stale events are logged to logger at info
-// level (nil discards) and acknowledged: they are not failures.
+// store.ApplyStatus (docs/architecture.md rule 4), and when it wins brings the
+// order's shipment in step (placed -> ready, cancelled -> cancelled, created when
+// missing). Stale events are logged to logger at info level (nil discards) and
+// acknowledged: they are not failures. A payload that does not decode, or a change
+// that can never apply, is an error wrapping inbox.ErrPermanent (dead-lettered at
+// once); a database error is returned as it is, for the inbox to retry or to wait
+// out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -52,37 +44,48 @@ type handlers struct {
 	logger *slog.Logger
 }
 
+// placed records the status placed and makes the order's shipment ready when the
+// event's version wins.
 func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderPlaced
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, amqp.ErrPermanent, err)
+		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
 	}
-	return h.apply(ctx, tx, env, p.OrderID, shipping.StatusPlaced, p.Version)
+	won, err := h.apply(ctx, tx, env, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusPlaced, Version: p.Version})
+	if err != nil || !won {
+		return err
+	}
+	return store.SetShipment(ctx, tx, p.OrderID, shipping.ShipmentReady)
 }
 
+// cancelled records the status cancelled and cancels the order's shipment when the
+// event's version wins.
 func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderCancelled
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, amqp.ErrPermanent, err)
+		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
 	}
-	return h.apply(ctx, tx, env, p.OrderID, shipping.StatusCancelled, p.Version)
+	won, err := h.apply(ctx, tx, env, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusCancelled, Version: p.Version})
+	if err != nil || !won {
+		return err
+	}
+	return store.SetShipment(ctx, tx, p.OrderID, shipping.ShipmentCancelled)
 }
 
-// apply records the change carried by env. Only the payload version orders
-// changes; env.EventID and env.OccurredAt play no part.
-func (h handlers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, orderID uuid.UUID, status shipping.Status, version int) error {
-	c := shipping.StatusChange{OrderID: orderID, Status: status, Version: version}
-	applied, err := store.Apply(ctx, tx, c)
+// apply runs store.ApplyStatus for c and reports whether c won. Only the payload
+// version orders changes; env.EventID and env.OccurredAt play no part.
+func (h handlers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, c shipping.StatusChange) (bool, error) {
+	applied, err := store.ApplyStatus(ctx, tx, c)
 	if errors.Is(err, shipping.ErrInvalidChange) {
-		return fmt.Errorf("%s: %w: %w", env.EventName, amqp.ErrPermanent, err)
+		return false, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", env.EventName, err)
+		return false, fmt.Errorf("%s: %w", env.EventName, err)
 	}
 	if !applied {
 		logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
 			"stale order event ignored: a version at least as new is already recorded",
-			slog.String("event_name", env.EventName), slog.String("order_id", orderID.String()), slog.Int("version", version))
+			slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
 	}
-	return nil
+	return applied, nil
 }

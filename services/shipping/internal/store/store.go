@@ -31,10 +31,12 @@ func New(db DB) *Store {
 	return &Store{db: db}
 }
 
-// upsertStatus applies a change only when its version is strictly newer than
-// the stored one (DESIGN.md rule 4). A row comes back only when this change won:
-// it was inserted, or it replaced an older version. An equal version loses, so
-// of two changes with the same version the first one stays.
+// upsertStatus is the versioned upsert of docs/architecture.md rule 4: it writes the
+// change only when no row exists or the stored version is older, and returns a row only
+// then. An equal version loses, so of two changes with the same version the first one
+// stays. Two transactions that upsert the same order take turns on its row (or on its
+// key, for a new row), so a statement that follows it in the same transaction runs only
+// after any concurrent event of the same order has committed or rolled back.
 const upsertStatus = `
 INSERT INTO order_status (order_id, status, version, updated_at)
 VALUES ($1, $2, $3, now())
@@ -43,9 +45,29 @@ SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.
 WHERE order_status.version < EXCLUDED.version
 RETURNING status`
 
+// ApplyStatus records change c in tx when c.Version is newer than the stored version of
+// its order, or no row exists yet (docs/architecture.md rule 4), and reports whether it
+// did. A stale change, or one with the same version as the stored row, changes nothing
+// and returns applied=false with a nil error: the event is older than what is known.
+//
+// It returns an error wrapping shipping.ErrInvalidChange for a change that can never be
+// applied, and the database error otherwise. The caller owns tx (commit or roll back).
+func ApplyStatus(ctx context.Context, tx pgx.Tx, c shipping.StatusChange) (applied bool, err error) {
+	if err := c.Validate(); err != nil {
+		return false, err
+	}
+	var won string
+	err = tx.QueryRow(ctx, upsertStatus, c.OrderID, string(c.Status), c.Version).Scan(&won)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // an equal or newer version is already there
+	}
+	if err != nil {
+		return false, fmt.Errorf("upsert status of order %s to %s v%d: %w", c.OrderID, c.Status, c.Version, err)
+	}
+	return true, nil
+}
+
 // upsertShipment creates the order's shipment or moves it to the given status.
-// It runs only after the status upsert won, while that transaction holds the
-// order_status row lock, so concurrent changes of one order apply in turn.
 const upsertShipment = `
 INSERT INTO shipment (id, order_id, status, created_at, updated_at)
 VALUES ($1, $2, $3, now(), now())
@@ -53,41 +75,19 @@ ON CONFLICT (order_id) DO UPDATE
 SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
 WHERE shipment.status IS DISTINCT FROM EXCLUDED.status`
 
-// Apply records change c in tx: it upserts order_status when c.Version is newer
-// than the stored version (or no row exists yet), and only then brings the
-// order's shipment in step with c.Status (placed -> ready, created when
-// missing; cancelled -> cancelled, created when missing). A stale change, or
-// one with the same version as the stored row, changes nothing and returns
-// applied=false with a nil error: it is not a failure, the event is simply
-// older than what is known.
-//
-// It returns an error wrapping shipping.ErrInvalidChange for a change that
-// can never be applied, and the database error otherwise. The caller owns tx
-// (commit or roll back).
-func Apply(ctx context.Context, tx pgx.Tx, c shipping.StatusChange) (applied bool, err error) {
-	if err := c.Validate(); err != nil {
-		return false, err
-	}
-	shipmentStatus, err := shipping.ShipmentStatusFor(c.Status)
-	if err != nil {
-		return false, err
-	}
-	var won string
-	err = tx.QueryRow(ctx, upsertStatus, c.OrderID, string(c.Status), c.Version).Scan(&won)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("upsert status of order %s to %s v%d: %w", c.OrderID, c.Status, c.Version, err)
-	}
+// SetShipment brings the shipment of order orderID in tx to status: it creates the
+// shipment (UUID v7 id) when the order has none and otherwise keeps its id and
+// created_at. It runs after ApplyStatus won for the order, while tx holds the
+// order_status row lock, so concurrent changes of one order apply in turn.
+func SetShipment(ctx context.Context, tx pgx.Tx, orderID uuid.UUID, status shipping.ShipmentStatus) error {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return false, fmt.Errorf("new shipment id for order %s: %w", c.OrderID, err)
+		return fmt.Errorf("new shipment id for order %s: %w", orderID, err)
 	}
-	if _, err := tx.Exec(ctx, upsertShipment, id, c.OrderID, string(shipmentStatus)); err != nil {
-		return false, fmt.Errorf("set shipment of order %s to %s: %w", c.OrderID, shipmentStatus, err)
+	if _, err := tx.Exec(ctx, upsertShipment, id, orderID, string(status)); err != nil {
+		return fmt.Errorf("set shipment of order %s to %s: %w", orderID, status, err)
 	}
-	return true, nil
+	return nil
 }
 
 // OrderStatus returns the stored status of order orderID, or an error wrapping

@@ -18,12 +18,12 @@ import (
 	"example.com/shop/services/shipping/migrations"
 )
 
-func apply(t *testing.T, pool *pgxpool.Pool, c shipping.StatusChange) bool {
+func applyStatus(t *testing.T, pool *pgxpool.Pool, c shipping.StatusChange) bool {
 	t.Helper()
 	var applied bool
 	err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
 		var err error
-		applied, err = store.Apply(testkit.Context(t), tx, c)
+		applied, err = store.ApplyStatus(testkit.Context(t), tx, c)
 		return err
 	})
 	if err != nil {
@@ -32,30 +32,22 @@ func apply(t *testing.T, pool *pgxpool.Pool, c shipping.StatusChange) bool {
 	return applied
 }
 
-func wantState(t *testing.T, s *store.Store, orderID uuid.UUID, status shipping.Status, version int, shipment shipping.ShipmentStatus) shipping.Shipment {
+func wantStatus(t *testing.T, pool *pgxpool.Pool, orderID uuid.UUID, status shipping.Status, version int) {
 	t.Helper()
-	ctx := testkit.Context(t)
-	os, err := s.OrderStatus(ctx, orderID)
+	var got string
+	var v int
+	err := pool.QueryRow(testkit.Context(t), `SELECT status, version FROM order_status WHERE order_id = $1`, orderID).Scan(&got, &v)
 	if err != nil {
 		t.Fatalf("order status: %v", err)
 	}
-	if os.Status != status || os.Version != version {
-		t.Errorf("order status = %s v%d, want %s v%d", os.Status, os.Version, status, version)
+	if shipping.Status(got) != status || v != version {
+		t.Errorf("order status = %s v%d, want %s v%d", got, v, status, version)
 	}
-	sh, err := s.Shipment(ctx, orderID)
-	if err != nil {
-		t.Fatalf("shipment: %v", err)
-	}
-	if sh.Status != shipment {
-		t.Errorf("shipment status = %s, want %s", sh.Status, shipment)
-	}
-	if sh.OrderID != orderID || sh.ID.Version() != 7 {
-		t.Errorf("shipment = %+v, want order %s and a UUID v7 id", sh, orderID)
-	}
-	return sh
 }
 
-func TestApply(t *testing.T) {
+// TestApplyStatus: a change applies only when its version is newer than the stored one
+// (docs/architecture.md rule 4); the first of two equal versions stays.
+func TestApplyStatus(t *testing.T) {
 	t.Parallel()
 	type step struct {
 		status      shipping.Status
@@ -63,88 +55,37 @@ func TestApply(t *testing.T) {
 		wantApplied bool
 	}
 	tests := []struct {
-		name         string
-		steps        []step
-		wantStatus   shipping.Status
-		wantVersion  int
-		wantShipment shipping.ShipmentStatus
+		name        string
+		steps       []step
+		wantStatus  shipping.Status
+		wantVersion int
 	}{
-		{
-			name:       "first version with no row yet is inserted",
-			steps:      []step{{shipping.StatusPlaced, 2, true}},
-			wantStatus: shipping.StatusPlaced, wantVersion: 2, wantShipment: shipping.ShipmentReady,
-		},
-		{
-			name:       "cancelled with no row yet creates a cancelled shipment",
-			steps:      []step{{shipping.StatusCancelled, 3, true}},
-			wantStatus: shipping.StatusCancelled, wantVersion: 3, wantShipment: shipping.ShipmentCancelled,
-		},
-		{
-			name:       "older placed after cancelled changes nothing",
-			steps:      []step{{shipping.StatusCancelled, 3, true}, {shipping.StatusPlaced, 2, false}},
-			wantStatus: shipping.StatusCancelled, wantVersion: 3, wantShipment: shipping.ShipmentCancelled,
-		},
-		{
-			name:       "same version twice: the first wins",
-			steps:      []step{{shipping.StatusPlaced, 4, true}, {shipping.StatusCancelled, 4, false}},
-			wantStatus: shipping.StatusPlaced, wantVersion: 4, wantShipment: shipping.ShipmentReady,
-		},
-		{
-			name:       "same version twice the other way round: the first wins",
-			steps:      []step{{shipping.StatusCancelled, 4, true}, {shipping.StatusPlaced, 4, false}},
-			wantStatus: shipping.StatusCancelled, wantVersion: 4, wantShipment: shipping.ShipmentCancelled,
-		},
-		{
-			name:       "a gap is applied",
-			steps:      []step{{shipping.StatusPlaced, 3, true}, {shipping.StatusCancelled, 5, true}},
-			wantStatus: shipping.StatusCancelled, wantVersion: 5, wantShipment: shipping.ShipmentCancelled,
-		},
-		{
-			name:       "the same change twice applies once",
-			steps:      []step{{shipping.StatusPlaced, 2, true}, {shipping.StatusPlaced, 2, false}},
-			wantStatus: shipping.StatusPlaced, wantVersion: 2, wantShipment: shipping.ShipmentReady,
-		},
-		{
-			name:       "a newer placed after cancelled follows the winner",
-			steps:      []step{{shipping.StatusCancelled, 2, true}, {shipping.StatusPlaced, 3, true}},
-			wantStatus: shipping.StatusPlaced, wantVersion: 3, wantShipment: shipping.ShipmentReady,
-		},
+		{"first version with no row yet is inserted", []step{{shipping.StatusPlaced, 2, true}}, shipping.StatusPlaced, 2},
+		{"cancelled with no row yet is inserted", []step{{shipping.StatusCancelled, 3, true}}, shipping.StatusCancelled, 3},
+		{"older placed after cancelled changes nothing", []step{{shipping.StatusCancelled, 3, true}, {shipping.StatusPlaced, 2, false}}, shipping.StatusCancelled, 3},
+		{"same version twice: the first wins", []step{{shipping.StatusPlaced, 4, true}, {shipping.StatusCancelled, 4, false}}, shipping.StatusPlaced, 4},
+		{"same version twice the other way round: the first wins", []step{{shipping.StatusCancelled, 4, true}, {shipping.StatusPlaced, 4, false}}, shipping.StatusCancelled, 4},
+		{"a gap is applied", []step{{shipping.StatusPlaced, 3, true}, {shipping.StatusCancelled, 5, true}}, shipping.StatusCancelled, 5},
+		{"the same change twice applies once", []step{{shipping.StatusPlaced, 2, true}, {shipping.StatusPlaced, 2, false}}, shipping.StatusPlaced, 2},
+		{"a newer placed after cancelled wins", []step{{shipping.StatusCancelled, 2, true}, {shipping.StatusPlaced, 3, true}}, shipping.StatusPlaced, 3},
 	}
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
-	s := store.New(pool)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			orderID := uuid.New()
 			for i, st := range tt.steps {
-				got := apply(t, pool, shipping.StatusChange{OrderID: orderID, Status: st.status, Version: st.version})
+				got := applyStatus(t, pool, shipping.StatusChange{OrderID: orderID, Status: st.status, Version: st.version})
 				if got != st.wantApplied {
 					t.Errorf("step %d (%s v%d): applied = %v, want %v", i, st.status, st.version, got, st.wantApplied)
 				}
 			}
-			wantState(t, s, orderID, tt.wantStatus, tt.wantVersion, tt.wantShipment)
+			wantStatus(t, pool, orderID, tt.wantStatus, tt.wantVersion)
 		})
 	}
 }
 
-func TestApplyKeepsTheShipment(t *testing.T) {
-	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
-	s := store.New(pool)
-	orderID := uuid.New()
-	apply(t, pool, shipping.StatusChange{OrderID: orderID, Status: shipping.StatusPlaced, Version: 2})
-	first := wantState(t, s, orderID, shipping.StatusPlaced, 2, shipping.ShipmentReady)
-	apply(t, pool, shipping.StatusChange{OrderID: orderID, Status: shipping.StatusCancelled, Version: 3})
-	second := wantState(t, s, orderID, shipping.StatusCancelled, 3, shipping.ShipmentCancelled)
-	if second.ID != first.ID || !second.CreatedAt.Equal(first.CreatedAt) {
-		t.Errorf("shipment was replaced: %+v, then %+v", first, second)
-	}
-	if second.UpdatedAt.Before(first.UpdatedAt) {
-		t.Errorf("updated_at went back: %v, then %v", first.UpdatedAt, second.UpdatedAt)
-	}
-}
-
-func TestApplyRejectsInvalidChanges(t *testing.T) {
+func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
 	for _, c := range []shipping.StatusChange{
@@ -153,7 +94,7 @@ func TestApplyRejectsInvalidChanges(t *testing.T) {
 		{OrderID: uuid.New(), Status: "shipped", Version: 1},
 	} {
 		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
-			_, err := store.Apply(testkit.Context(t), tx, c)
+			_, err := store.ApplyStatus(testkit.Context(t), tx, c)
 			return err
 		})
 		if !errors.Is(err, shipping.ErrInvalidChange) {
@@ -169,13 +110,11 @@ func TestApplyRejectsInvalidChanges(t *testing.T) {
 	}
 }
 
-// TestApplyConcurrent applies versions 1..n of one order in random order from
-// concurrent transactions: the highest version must win, with the shipment in
-// step with it.
-func TestApplyConcurrent(t *testing.T) {
+// TestApplyStatusConcurrent applies versions 1..n of one order in random order from
+// concurrent transactions: the highest version must win.
+func TestApplyStatusConcurrent(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
-	s := store.New(pool)
 	const n = 20
 	for round := range 5 {
 		orderID := uuid.New()
@@ -194,7 +133,7 @@ func TestApplyConcurrent(t *testing.T) {
 			}
 			wg.Go(func() {
 				err := pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
-					_, err := store.Apply(context.Background(), tx, shipping.StatusChange{OrderID: orderID, Status: status, Version: v + 1})
+					_, err := store.ApplyStatus(context.Background(), tx, shipping.StatusChange{OrderID: orderID, Status: status, Version: v + 1})
 					return err
 				})
 				if err != nil {
@@ -203,11 +142,45 @@ func TestApplyConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		want := shipping.ShipmentReady
-		if final == shipping.StatusCancelled {
-			want = shipping.ShipmentCancelled
+		wantStatus(t, pool, orderID, final, n)
+	}
+}
+
+// TestSetShipment: the first call creates the order's shipment, a later one moves it
+// to another status and keeps its id and created_at.
+func TestSetShipment(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	ctx := testkit.Context(t)
+	s := store.New(pool)
+	orderID := uuid.New()
+	set := func(status shipping.ShipmentStatus) shipping.Shipment {
+		t.Helper()
+		err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := store.ApplyStatus(ctx, tx, shipping.StatusChange{OrderID: orderID, Status: shipping.StatusPlaced, Version: 2}); err != nil {
+				return err
+			}
+			return store.SetShipment(ctx, tx, orderID, status)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		wantState(t, s, orderID, final, n, want)
+		sh, err := s.Shipment(ctx, orderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh.Status != status || sh.OrderID != orderID || sh.ID.Version() != 7 {
+			t.Errorf("shipment = %+v, want %s for order %s with a UUID v7 id", sh, status, orderID)
+		}
+		return sh
+	}
+	first := set(shipping.ShipmentReady)
+	second := set(shipping.ShipmentCancelled)
+	if second.ID != first.ID || !second.CreatedAt.Equal(first.CreatedAt) {
+		t.Errorf("shipment was replaced: %+v, then %+v", first, second)
+	}
+	if second.UpdatedAt.Before(first.UpdatedAt) {
+		t.Errorf("updated_at went back: %v, then %v", first.UpdatedAt, second.UpdatedAt)
 	}
 }
 

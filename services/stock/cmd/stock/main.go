@@ -15,13 +15,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"example.com/shop/platform/consumerapp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := consumerapp.Run(ctx, spec(), os.Args, os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)

@@ -1,4 +1,4 @@
-package reservation_test
+package events_test
 
 import (
 	"context"

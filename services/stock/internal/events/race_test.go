@@ -1,4 +1,4 @@
-package reservation_test
+package events_test
 
 import (
 	"sync"
@@ -10,7 +10,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/testkit"
-	"example.com/shop/services/stock/internal/reservation"
+	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
 )
 
@@ -31,8 +31,8 @@ func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 		t.Fatal(err)
 	}
 	logger, _ := testkit.Logger(t)
-	ib := inbox.New(pool, reservation.Consumer, v, logger, nil, opts...)
-	reservation.Register(ib)
+	ib := inbox.New(pool, events.Consumer, v, logger, nil, opts...)
+	events.Register(ib, logger)
 
 	const orders = 40
 	var wg sync.WaitGroup

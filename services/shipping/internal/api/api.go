@@ -1,7 +1,7 @@
-// Package httpapi serves the shipping service's read-only HTTP API: the stored
+// Package api serves the shipping service's read-only HTTP API: the stored
 // copy of an order's status and the order's shipment, as JSON, with errors as
 // RFC 9457 problems.
-package httpapi
+package api
 
 import (
 	"context"

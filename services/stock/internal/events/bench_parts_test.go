@@ -1,4 +1,4 @@
-package reservation_test
+package events_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
-	"example.com/shop/services/stock/internal/reservation"
+	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
 )
 
@@ -36,8 +36,8 @@ func BenchmarkInboxOnly(b *testing.B) {
 			}
 			b.Cleanup(pool.Close)
 			v, _ := contracts.NewValidator()
-			ib := inbox.New(pool, reservation.Consumer, v, nil, nil, inbox.WithGroupCommit(c.batch, c.tx))
-			reservation.Register(ib)
+			ib := inbox.New(pool, events.Consumer, v, nil, nil, inbox.WithGroupCommit(c.batch, c.tx))
+			events.Register(ib, nil)
 			envs := make([]contracts.Envelope, b.N)
 			for n := range envs {
 				envs[n], _ = s.placed(2)

@@ -1,4 +1,4 @@
-package reservation_test
+package events_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/testkit"
-	"example.com/shop/services/stock/internal/reservation"
+	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
 )
 
@@ -56,11 +56,11 @@ func newSystem(t testing.TB) *system {
 	}
 	s := &system{
 		t: t, ctx: ctx, pool: pool, amqpURL: testkit.NewVhost(t),
-		topo: consumerapp.Topology(reservation.Queue(), testDelays), validator: v,
+		topo: consumerapp.Topology(amqp.QueueSpec{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: contracts.EventNames()}, testDelays), validator: v,
 	}
 	var logger *slog.Logger
 	logger, s.logs = testkit.Logger(t)
-	s.logger = logger.With(slog.String(logging.KeyService, reservation.Consumer))
+	s.logger = logger.With(slog.String(logging.KeyService, events.Consumer))
 	conn := s.dial("publisher")
 	s.pub = amqp.NewPublisher(conn, s.topo.Exchange)
 	t.Cleanup(func() { _ = s.pub.Close() })
@@ -105,8 +105,8 @@ func (s *system) startConsumer(opt consumerOptions) {
 	if opt.inbox == nil {
 		opt.inbox = []inbox.Option{inbox.WithGroupCommit(serviceGroup, serviceTx)}
 	}
-	ib := inbox.New(s.pool, reservation.Consumer, s.validator, s.logger, reg, opt.inbox...)
-	reservation.Register(ib)
+	ib := inbox.New(s.pool, events.Consumer, s.validator, s.logger, reg, opt.inbox...)
+	events.Register(ib, s.logger)
 	if opt.extra != nil {
 		opt.extra(ib)
 	}
@@ -115,7 +115,7 @@ func (s *system) startConsumer(opt consumerOptions) {
 		h = opt.wrap(h)
 	}
 	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
-		Queue: contracts.QueueStock, Name: reservation.Consumer,
+		Queue: contracts.QueueStock, Name: events.Consumer,
 		Workers: opt.workers, Prefetch: opt.prefetch, MaxAttempts: opt.maxAttempts,
 		RetryDelays: testDelays,
 	}, h, s.logger, reg)

@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
-	"example.com/shop/services/shipping/internal/httpapi"
+	"example.com/shop/services/shipping/internal/api"
 	"example.com/shop/services/shipping/internal/shipping"
 	"example.com/shop/services/shipping/internal/store"
 	"example.com/shop/services/shipping/migrations"
@@ -24,7 +24,7 @@ import (
 func TestAPI(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.New(store.New(pool), nil), nil, metrics.NewRegistry()))
+	srv := httptest.NewServer(api.NewHandler(api.New(store.New(pool), nil), nil, metrics.NewRegistry()))
 	t.Cleanup(srv.Close)
 
 	placed, cancelled := uuid.New(), uuid.New()
@@ -33,8 +33,14 @@ func TestAPI(t *testing.T) {
 		{OrderID: cancelled, Status: shipping.StatusCancelled, Version: 3},
 	} {
 		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
-			_, err := store.Apply(testkit.Context(t), tx, c)
-			return err
+			if _, err := store.ApplyStatus(testkit.Context(t), tx, c); err != nil {
+				return err
+			}
+			sh, err := shipping.ShipmentStatusFor(c.Status)
+			if err != nil {
+				return err
+			}
+			return store.SetShipment(testkit.Context(t), tx, c.OrderID, sh)
 		})
 		if err != nil {
 			t.Fatal(err)
