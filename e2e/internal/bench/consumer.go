@@ -173,6 +173,7 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 		},
 		Addr: addr,
 	}
+	p.Env = append(p.Env, e.cfg.StockEnv...)
 	if err := p.Start(); err != nil {
 		return 0, err
 	}

@@ -12,7 +12,7 @@ type Result struct {
 	Name string `json:"name"`
 	// Value is the measured number, in Unit.
 	Value float64 `json:"value"`
-	// Unit is "msgs/s", "events/s", "tx/s", "ms", "x" (a factor) or "MiB".
+	// Unit is "msgs/s", "events/s", "tx/s", "orders/s", "ms", "x" (a factor) or "MiB".
 	Unit string `json:"unit"`
 	// Baseline names the result this one is compared with ("" when none).
 	Baseline string `json:"baseline"`
@@ -112,11 +112,20 @@ func specs(s Sizes) []spec {
 	}
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}
-		if p == "p99" {
-			sp.goal = &goal{op: "<", target: 50}
+		switch p {
+		case "p50":
+			sp.goal = &goal{op: "<", target: 10}
+		case "p99":
+			sp.goal = &goal{op: "<", target: 25}
 		}
 		out = append(out, sp)
 	}
+	for _, stage := range stageNames {
+		for _, p := range []string{"p50", "p99"} {
+			out = append(out, spec{name: stageName(stage, p), unit: "ms"})
+		}
+	}
+	out = append(out, spec{name: "latency_max_rate_p99_under_100ms", unit: "orders/s", goal: &goal{op: ">=", target: 1000}})
 	for _, p := range []string{"p50", "p95", "p99"} {
 		out = append(out, spec{name: "latency_poll_" + p, unit: "ms", baseline: "latency_notify_" + p, panel: panelPoll, label: p})
 	}
