@@ -7,12 +7,12 @@
 // routing key. A consumer checks and decodes a received body with [Validator.Decode]. A body that
 // fails is reported as a [*ValidationError] naming the offending field, for example
 // "payload.lines[0].quantity: does not match pattern"; such a message can never succeed and
-// belongs in the dead-letter queue at once (DESIGN.md rule 3).
+// belongs in the dead-letter queue at once (docs/architecture.md, rule 3).
 //
 // The package imports neither platform/ nor services/.
 package contracts
 
-// Broker names shared by the relay (publisher) and the consumers (DESIGN.md "Messaging").
+// Broker names shared by the relay (publisher) and the consumers (docs/architecture.md, "The flow").
 const (
 	// Exchange is the durable topic exchange every event is published to; the routing key is
 	// the event name.

@@ -12,7 +12,7 @@ import (
 // fraction digits.
 const occurredAtLayout = "2006-01-02T15:04:05.000Z"
 
-// Envelope is the JSON body of every event message (DESIGN.md "Envelope"). It is checked against
+// Envelope is the JSON body of every event message (schemas in contracts/schemas). It is checked against
 // schemas/envelope.json, and Payload against schemas/<EventName>.json.
 type Envelope struct {
 	// EventID is a UUID v7 set by the producer when it writes the outbox row, never on receipt.
@@ -75,7 +75,7 @@ func (e *Envelope) UnmarshalJSON(data []byte) error {
 // NewEnvelope builds the envelope of a new event: a fresh UUID v7 event id, occurred_at = now
 // truncated to milliseconds in UTC, schema version [SchemaVersion], and payload marshalled with
 // encoding/json (a json.RawMessage is kept as is). It does not validate the result; producers
-// pass the marshalled envelope to [Validator.Validate] before writing it (DESIGN.md rule 1).
+// pass the marshalled envelope to [Validator.Validate] before writing it (docs/architecture.md, rule 1).
 //
 // It returns an error wrapping [ErrUnknownEvent] when eventName is not one of [EventNames], and
 // an error when the id cannot be generated or the payload cannot be marshalled.
@@ -120,7 +120,7 @@ type OrderPlaced struct {
 	// Lines are the ordered products; never empty.
 	Lines []OrderLine `json:"lines"`
 	// Version is the order's version after the change (>= 1); consumers apply only newer
-	// versions (DESIGN.md rule 4).
+	// versions (docs/architecture.md, rule 4).
 	Version int `json:"version"`
 }
 

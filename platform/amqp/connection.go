@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/backoff"
+	"example.com/shop/platform/config"
+	"example.com/shop/platform/metrics"
 )
 
 // ErrClosed is returned by Connection methods after Close.
@@ -28,10 +30,11 @@ var ErrBlocked = errors.New("connection blocked by the broker")
 
 // Options tunes a Connection. The zero value gives the defaults.
 type Options struct {
-	// MinBackoff is the first wait between connection attempts
-	// (default 100 ms). It doubles on each failure up to MaxBackoff.
+	// MinBackoff is the first nominal wait between connection attempts
+	// (default 100 ms). It doubles on each failure up to MaxBackoff; each
+	// wait is drawn within ±50% of the nominal one (package backoff).
 	MinBackoff time.Duration
-	// MaxBackoff caps the wait between connection attempts (default 10 s).
+	// MaxBackoff caps the nominal wait between connection attempts (default 10 s).
 	MaxBackoff time.Duration
 	// Name is shown as connection_name in the RabbitMQ tools and labels the
 	// connection's metric (optional).
@@ -91,8 +94,11 @@ type Connection struct {
 	blocked prometheus.Gauge
 
 	done chan struct{} // closed by Close
-	wg   sync.WaitGroup
-	bg   sync.WaitGroup // broker calls left behind by a caller whose ctx ended
+	// closing ends when Close is called (with done), for waits that take a context.
+	closing     context.Context
+	stopClosing context.CancelFunc
+	wg          sync.WaitGroup
+	bg          sync.WaitGroup // broker calls left behind by a caller whose ctx ended
 
 	mu      sync.Mutex
 	conn    *amqp091.Connection // nil while disconnected
@@ -130,19 +136,20 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	c := &Connection{
 		url:       url,
 		topo:      topo,
-		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", maskURL(url))),
+		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", config.MaskURL(url))),
 		opts:      opts.withDefaults(),
 		done:      make(chan struct{}),
 		up:        make(chan struct{}),
 		unblocked: make(chan struct{}),
 	}
 	close(c.unblocked)
+	c.closing, c.stopClosing = context.WithCancel(context.Background())
 	gauge, err := blockedGauge(c.opts.Registerer, c.opts.Name)
 	if err != nil {
 		return nil, err
 	}
 	c.blocked = gauge
-	b := newBackoff(c.opts.MinBackoff, c.opts.MaxBackoff)
+	b := backoff.New(c.opts.MinBackoff, c.opts.MaxBackoff)
 	for {
 		conn, blocks, err := c.connect()
 		if err == nil {
@@ -159,7 +166,7 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 			return nil, err
 		}
 		c.logger.WarnContext(ctx, "amqp dial failed", slog.Any("error", err))
-		if ctxErr := sleep(ctx, nil, b.next()); ctxErr != nil {
+		if ctxErr := backoff.Sleep(ctx, b.NextBackOff()); ctxErr != nil {
 			return nil, errors.Join(ctxErr, err)
 		}
 	}
@@ -185,7 +192,7 @@ func (c *Connection) connect() (conn *amqp091.Connection, blocks chan amqp091.Bl
 	conn, err = amqp091.DialConfig(c.url, cfg)
 	if err != nil {
 		c.setDown(err)
-		return nil, nil, fmt.Errorf("amqp dial %s: %w", maskURL(c.url), err)
+		return nil, nil, fmt.Errorf("amqp dial %s: %w", config.MaskURL(c.url), err)
 	}
 	blocks = conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
 	if err := c.declare(conn); err != nil {
@@ -275,10 +282,10 @@ func (c *Connection) watch(conn *amqp091.Connection, blocks chan amqp091.Blockin
 			}
 		}
 
-		b := newBackoff(c.opts.MinBackoff, c.opts.MaxBackoff)
+		b := backoff.New(c.opts.MinBackoff, c.opts.MaxBackoff)
 		for {
-			if err := sleep(context.Background(), c.done, b.next()); err != nil {
-				return
+			if backoff.Sleep(c.closing, b.NextBackOff()) != nil {
+				return // closed
 			}
 			next, nextBlocks, err := c.connect()
 			if err == nil {
@@ -481,7 +488,7 @@ func (c *Connection) Channel(ctx context.Context) (*amqp091.Channel, error) {
 				return nil, fmt.Errorf("amqp open channel: %w", err)
 			}
 			// The connection is going down: wait for watch to replace it.
-			if err := sleep(ctx, c.done, c.opts.MinBackoff); err != nil {
+			if err := c.sleep(ctx, c.opts.MinBackoff); err != nil {
 				return nil, fmt.Errorf("amqp open channel: %w", errors.Join(err, ctx.Err()))
 			}
 			continue
@@ -547,6 +554,7 @@ func (c *Connection) Close() error {
 	}
 	c.closed = true
 	close(c.done)
+	c.stopClosing()
 	c.mu.Unlock()
 	c.wg.Wait() // watch closed the connection, within CloseTimeout
 	c.bg.Wait() // so the calls left behind have returned
@@ -565,45 +573,17 @@ func (c *Connection) breakConnection() bool {
 	return true
 }
 
-// backoff yields capped exponential delays with jitter: each delay is drawn
-// uniformly from [d/2, d], where d starts at min and doubles up to max.
-type backoff struct {
-	cur, max time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff {
-	return &backoff{cur: min, max: max}
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(2*b.cur, b.max)
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-// sleep waits for d; it returns early with an error if ctx ends or stop
-// (which may be nil) is closed.
-func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
-		return ErrClosed
+// sleep waits for d as backoff.Sleep does, and returns ErrClosed early once Close
+// has been called.
+func (c *Connection) sleep(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	defer stop()
+	if err := backoff.Sleep(ctx, d); err != nil {
+		return context.Cause(ctx)
 	}
-}
-
-// maskURL hides the password of an AMQP URL for logs and errors.
-func maskURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "amqp://(unparsable)"
-	}
-	return u.Redacted()
+	return nil
 }
 
 // blockedGauge returns the amqp_connection_blocked gauge of the connection
@@ -615,7 +595,7 @@ func blockedGauge(reg prometheus.Registerer, name string) (prometheus.Gauge, err
 	}, []string{"connection"})
 	if reg != nil {
 		var err error
-		if vec, err = register(reg, vec); err != nil {
+		if vec, err = metrics.Register(reg, vec); err != nil {
 			return nil, fmt.Errorf("amqp connection metrics: %w", err)
 		}
 	}

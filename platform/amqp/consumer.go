@@ -14,12 +14,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/backoff"
+	"example.com/shop/platform/metrics"
 )
 
 // ErrPermanent marks a handler error that no retry can fix (for example a
 // message that cannot be decoded). Wrap it, fmt.Errorf("decode: %w",
 // amqp.ErrPermanent), and the delivery goes to the dead-letter queue at once
-// instead of being retried (DESIGN.md rule 3).
+// instead of being retried (docs/architecture.md, rule 3).
 var ErrPermanent = errors.New("permanent failure")
 
 // ErrUnavailable marks a handler error caused by a dependency that is down
@@ -184,7 +187,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // exchange come back with the Connection's periodic declaration
 // (Options.RedeclareInterval).
 //
-// Delivery is at least once (DESIGN.md rule 3): a delivery whose ack is lost
+// Delivery is at least once (docs/architecture.md, rule 3): a delivery whose ack is lost
 // with its channel comes again, so handlers must be idempotent (the inbox).
 type Consumer struct {
 	conn    *Connection
@@ -269,7 +272,7 @@ func (e *pauseError) Unwrap() error { return e.cause }
 // and the retry connection both ready, checked after each delay of b. It
 // logs the start and the end of the pause once each and reports false when
 // ctx ends first.
-func (c *Consumer) pause(ctx context.Context, cause error, b *backoff) bool {
+func (c *Consumer) pause(ctx context.Context, cause error, b *backoff.Backoff) bool {
 	since := time.Now()
 	c.setReady(fmt.Errorf("%w: %w (since %s)", ErrPaused, cause, since.UTC().Format(time.RFC3339)))
 	c.metrics.paused.Set(1)
@@ -277,7 +280,7 @@ func (c *Consumer) pause(ctx context.Context, cause error, b *backoff) bool {
 	c.logger.WarnContext(ctx, "amqp consumer paused: a dependency is unavailable; its deliveries stay in the queue",
 		slog.Any("error", cause))
 	for {
-		if sleep(ctx, nil, b.next()) != nil {
+		if backoff.Sleep(ctx, b.NextBackOff()) != nil {
 			return false
 		}
 		err := c.retry.conn.Ready()
@@ -317,11 +320,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hctx, release := withGrace(ctx, c.cfg.ShutdownTimeout)
 	defer release()
 
-	b := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	b := backoff.New(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	// pb spaces the checks of a pause; it starts over only once a delivery
 	// was acked since the last pause, so a dependency that fails again at
 	// once is checked less and less often.
-	pb := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	pb := backoff.New(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	acked := c.acked.Load()
 	repaired := false // the last session failed on a missing queue, declared again
 	for {
@@ -334,13 +337,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("amqp consumer %s: %w", c.cfg.Name, err)
 		}
 		if subscribed {
-			b = newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
+			b = backoff.New(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 		}
 		var pe *pauseError
 		switch {
 		case errors.As(err, &pe):
 			if now := c.acked.Load(); now != acked {
-				pb, acked = newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff), now
+				pb, acked = backoff.New(c.cfg.MinBackoff, c.cfg.MaxBackoff), now
 			}
 			if !c.pause(ctx, pe.cause, pb) {
 				return nil
@@ -361,7 +364,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		repaired = false
 		c.logger.WarnContext(ctx, "amqp consumer interrupted, subscribing again", slog.Any("error", err))
-		if sleep(ctx, nil, b.next()) != nil {
+		if backoff.Sleep(ctx, b.NextBackOff()) != nil {
 			return nil
 		}
 	}
@@ -660,7 +663,7 @@ type consumerMetrics struct {
 func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumerMetrics, error) {
 	labels := []string{"consumer", "queue"}
 	counter := func(metric, help string) (*prometheus.CounterVec, error) {
-		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		return metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "amqp", Subsystem: "consumer", Name: metric, Help: help,
 		}, labels))
 	}
@@ -668,15 +671,15 @@ func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumer
 	failures, err2 := counter("failures_total", "Deliveries whose handler returned an error.")
 	retries, err3 := counter("retries_total", "Failed deliveries moved to a retry queue.")
 	dead, err4 := counter("dead_lettered_total", "Deliveries rejected to the dead-letter queue.")
-	duration, err5 := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	duration, err5 := metrics.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "amqp", Subsystem: "consumer", Name: "handler_duration_seconds",
 		Help: "Time spent in the handler, in seconds.", Buckets: prometheus.DefBuckets,
 	}, labels))
-	inFlight, err6 := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	inFlight, err6 := metrics.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "amqp", Subsystem: "consumer", Name: "in_flight",
 		Help: "Deliveries being handled right now.",
 	}, labels))
-	paused, err7 := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	paused, err7 := metrics.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "amqp", Subsystem: "consumer", Name: "paused",
 		Help: "1 while the consumer waits for an unavailable dependency (database, retry path), else 0.",
 	}, labels))
@@ -692,18 +695,4 @@ func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumer
 		inFlight:     inFlight.WithLabelValues(name, queue),
 		paused:       paused.WithLabelValues(name, queue),
 	}, nil
-}
-
-// register registers c, or returns the equal collector registered before.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			if existing, ok := already.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("register metric: %w", err)
-	}
-	return c, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/backoff"
 )
 
 // Headers a Consumer adds to the copy of a delivery it dead-letters
@@ -71,7 +73,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 		}
 		log.Error(msg+"; requeueing after a delay", slog.Any("error", cause), slog.Any("dead_letter_error", err),
 			slog.Duration("delay", delay))
-		_ = sleep(ctx, nil, delay)
+		_ = backoff.Sleep(ctx, delay)
 		settle(log, "nack", d.Nack(false, true))
 	}
 	if c.cfg.OnDeadLetter != nil {

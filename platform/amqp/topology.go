@@ -76,8 +76,8 @@ func (t Topology) QueueNames() []string {
 	return names
 }
 
-// DefaultTopology returns the topology of the shop (DESIGN.md,
-// "Messaging"), named by the contracts constants: the topic exchange app.events with its alternate exchange
+// DefaultTopology returns the topology of the shop (docs/architecture.md,
+// "The flow"), named by the contracts constants: the topic exchange app.events with its alternate exchange
 // and unroutable queue, the dead-letter exchange, and the stock.events and
 // shipping.events quorum queues, each bound to order.order.placed.v1 and
 // order.order.cancelled.v1, with their dead-letter queues. It is the
@@ -129,7 +129,7 @@ func (t Topology) Validate() error {
 //
 // Main and dead-letter queues are quorum queues. Main queues dead-letter
 // with the at-least-once strategy (which requires x-overflow=reject-publish),
-// so a message rejected to the DLQ is never dropped on the way (DESIGN.md
+// so a message rejected to the DLQ is never dropped on the way (docs/architecture.md,
 // rule 3). Retry queues are durable classic queues with a per-queue
 // x-message-ttl that dead-letter expired messages back to their queue
 // through the default exchange.

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Default settings shared by the binaries (DESIGN.md, "Configuration by environment").
+// Default settings shared by the binaries (docs/operations.md, "Processes and configuration").
 const (
 	DefaultOrderDatabaseURL    = "postgres://postgres@localhost:5432/orders?sslmode=disable"
 	DefaultStockDatabaseURL    = "postgres://postgres@localhost:5432/stock?sslmode=disable"

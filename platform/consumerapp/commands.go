@@ -31,7 +31,7 @@ import (
 // broker (declaring Topology), dialled with amqp.DialOptions' backoff, twice: one
 // connection consumes, the other publishes retry copies, so that a broker blocking
 // publishers (resource alarm) never stalls the acks; the inbox with the service's
-// handlers (DESIGN.md rule 3), the consumer, and the service's routes.
+// handlers (docs/architecture.md, rule 3), the consumer, and the service's routes.
 //
 // /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and not
 // blocked) and "consumer" (subscribed, not paused): a database outage shows as
@@ -94,7 +94,8 @@ func serve(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) er
 	}()
 
 	c, err := func() (*amqp.Consumer, error) {
-		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger)
+		p, err := pg.WaitPool(ctx, withPoolSize(cfg.DatabaseURL, cfg.poolSize()), logger,
+			pg.CreatedBy(spec.Name+" migrate"), pg.RequireTables("processed_event"))
 		if err != nil {
 			return nil, err
 		}
@@ -171,21 +172,16 @@ func wrap(part string, err error) error {
 }
 
 // migrateDB creates the database if it is missing and applies spec.Migrations,
-// listing the ones it applied on stdout.
-func migrateDB(ctx context.Context, spec Spec, cfg Settings, stdout io.Writer) error {
-	applied, err := migrate.Up(ctx, cfg.DatabaseURL, spec.Migrations)
-	if err != nil {
+// logging each one it applied and the outcome (migrate.Apply).
+func migrateDB(ctx context.Context, spec Spec, cfg Settings, logger *slog.Logger) error {
+	if err := migrate.Apply(ctx, cfg.DatabaseURL, spec.Migrations, logger); err != nil {
 		return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 	}
-	for _, m := range applied {
-		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
-	}
-	fmt.Fprintf(stdout, "%s database is up to date (%d migrations applied now)\n", spec.Name, len(applied))
 	return nil
 }
 
 // purgeInbox deletes the service's processed_event keys older than --older-than
-// (DESIGN.md rule 5), refusing a missing or negative horizon and one below
+// (docs/architecture.md, rule 5), refusing a missing or negative horizon and one below
 // INBOX_MIN_RETENTION: a key must outlive every copy of its message (retries,
 // dead-letter replays), or that copy would be applied again.
 func purgeInbox(ctx context.Context, spec Spec, cfg Settings, args []string, stdout, stderr io.Writer) error {

@@ -30,7 +30,7 @@ type Spec struct {
 	// the service attribute of every log line and the AMQP connection name.
 	Name string
 	// Queue is the service's queue: its name, dead-letter queue and routing keys
-	// (DESIGN.md "Messaging"). Its RetryDelays are ignored; they come from
+	// (docs/architecture.md, "The flow"). Its RetryDelays are ignored; they come from
 	// <PREFIX>_RETRY_DELAYS (see Topology).
 	Queue amqp.QueueSpec
 	// Migrations holds the goose SQL files of the service's database
@@ -128,12 +128,17 @@ func Run(ctx context.Context, spec Spec, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, spec.Name)
+	// serve logs as the service ("stock"); a one-shot command as "stock-migrate" and so on.
+	name := spec.Name
+	if args[1] != "serve" {
+		name += "-" + args[1]
+	}
+	logger := logging.New(stderr, cfg.LogLevel, name)
 	switch cmd := args[1]; cmd {
 	case "serve":
 		return serve(ctx, spec, cfg, logger)
 	case "migrate":
-		return migrateDB(ctx, spec, cfg, stdout)
+		return migrateDB(ctx, spec, cfg, logger)
 	case "purge-inbox":
 		return purgeInbox(ctx, spec, cfg, args[2:], stdout, stderr)
 	case "dlq":

@@ -63,20 +63,19 @@ func sampleSpec(t testing.TB) consumerapp.Spec {
 			ib.Register(contracts.EventOrderCancelled, record)
 		},
 		Routes: func(r chi.Router, pool *pgxpool.Pool, _ *slog.Logger) {
-			r.Get("/seen/{order_id}", func(w http.ResponseWriter, r *http.Request) {
-				orderID, p := httpx.URLParamUUID(r, "order_id")
-				if p != nil {
-					httpx.WriteProblem(w, r, *p)
-					return
+			r.Get("/seen/{order_id}", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+				orderID, err := httpx.PathUUID(r, "order_id")
+				if err != nil {
+					return err
 				}
 				rows, _ := pool.Query(r.Context(), `SELECT event_name FROM seen WHERE order_id = $1 ORDER BY event_name`, orderID)
 				names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				if err != nil {
-					httpx.WriteProblem(w, r, httpx.Problem{Status: http.StatusInternalServerError, Title: "query failed"})
-					return
+					return err
 				}
 				httpx.WriteJSON(w, http.StatusOK, names)
-			})
+				return nil
+			}))
 		},
 	}
 }
@@ -160,7 +159,7 @@ func TestServe(t *testing.T) {
 				}
 			}
 			srv.Stop(t)
-			for _, want := range []string{`"service":"sample"`, `"inbox_group":` + group, `"retry_delays":[50000000,100000000]`} {
+			for _, want := range []string{`"service":"sample"`, `"inbox_group":` + group, `"retry_delays_ms":[50,100]`} {
 				if !strings.Contains(srv.Logs.String(), want) {
 					t.Errorf("serve's logs lack %s", want)
 				}
@@ -173,20 +172,16 @@ func TestMigrate(t *testing.T) {
 	t.Parallel()
 	spec := sampleSpec(t)
 	vars := map[string]string{"SAMPLE_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
-	var out bytes.Buffer
-	if err := run(t, spec, vars, &out, "migrate"); err != nil {
-		t.Fatalf("migrate: %v", err)
+	// migrate logs JSON as sample-migrate: each migration applied, then the outcome.
+	got := consumerapptest.Migrate(t, spec, vars)
+	for _, want := range []string{`"service":"sample-migrate"`, `"msg":"migration applied","service":"sample-migrate","version":1,`,
+		`"version":2,`, `"msg":"database is up to date","service":"sample-migrate","database":`, `"applied":4}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("first migrate logged %s, want %s", got, want)
+		}
 	}
-	if got := out.String(); !strings.Contains(got, "applied 00001 ") || !strings.Contains(got, "applied 00002 ") ||
-		!strings.Contains(got, "sample database is up to date (4 migrations applied now)") {
-		t.Errorf("first migrate said %q", got)
-	}
-	out.Reset()
-	if err := run(t, spec, vars, &out, "migrate"); err != nil {
-		t.Fatalf("second migrate: %v", err)
-	}
-	if !strings.Contains(out.String(), "(0 migrations applied now)") {
-		t.Errorf("second migrate said %q", out.String())
+	if got := consumerapptest.Migrate(t, spec, vars); !strings.Contains(got, `"applied":0}`) {
+		t.Errorf("second migrate logged %s", got)
 	}
 
 	vars["SAMPLE_DATABASE_URL"] = "postgres://postgres:secret@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"

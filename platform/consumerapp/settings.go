@@ -30,7 +30,7 @@ import (
 //	<PREFIX>_MAX_ATTEMPTS   deliveries of a failing event before it is dead-lettered (default 5)
 //	<PREFIX>_RETRY_DELAYS   comma-separated delay per retry level, each a whole number of
 //	                        milliseconds >= 1ms (default 1s,5s,30s)
-//	INBOX_MIN_RETENTION     shortest horizon purge-inbox accepts (default 168h; DESIGN.md rule 5)
+//	INBOX_MIN_RETENTION     shortest horizon purge-inbox accepts (default 168h; docs/architecture.md, rule 5)
 //	AMQP_REDECLARE_INTERVAL how often the service declares its queue, bindings, retry and
 //	                        dead-letter queues again, repairing what was deleted (default 5s)
 //
@@ -76,11 +76,7 @@ func LoadSettings(spec Spec, getenv func(string) string) (Settings, error) {
 		RedeclareInterval: env.PositiveDuration("AMQP_REDECLARE_INTERVAL", 5*time.Second),
 	}
 	s.Prefetch = env.PositiveInt(p+"PREFETCH", 4*s.Workers)
-	level, err := logging.ParseLevel(env.String("LOG_LEVEL", "info"))
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%v", err)
-	}
-	s.LogLevel = level
+	s.LogLevel = logging.LevelFromEnv(env)
 	s.RetryDelays = amqp.DefaultRetryDelays()
 	if raw := env.String(p+"RETRY_DELAYS", ""); raw != "" {
 		delays, err := parseDelays(raw)

@@ -15,6 +15,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"example.com/shop/platform/metrics"
 )
 
 // ReadyTimeout bounds each readiness Check run by GET /readyz (2 s).
@@ -71,14 +73,13 @@ func NewRouter(logger *slog.Logger, reg *prometheus.Registry, checks ...Check) *
 		limitBody,
 	)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		WriteProblem(w, req, NewProblem(http.StatusNotFound, "no resource at this path"))
+		writeProblem(w, req, KindNotFound, "no resource at this path", nil)
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		if allow := allowedMethods(r, req); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		WriteProblem(w, req, NewProblem(http.StatusMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed here", req.Method)))
+		writeProblem(w, req, KindMethodNotAllowed, fmt.Sprintf("method %s is not allowed here", req.Method), nil)
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -136,7 +137,7 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 				if ww, ok := w.(middleware.WrapResponseWriter); ok && ww.Status() != 0 {
 					panic(http.ErrAbortHandler)
 				}
-				WriteProblem(w, r, NewProblem(http.StatusInternalServerError, "an unexpected error occurred"))
+				writeProblem(w, r, KindInternal, "an unexpected error occurred", nil)
 			}()
 			next.ServeHTTP(w, r)
 		})
@@ -167,17 +168,11 @@ func newRequestMetrics(reg prometheus.Registerer) requestMetrics {
 }
 
 // registerOrExisting registers c on reg, or returns the identical collector registered
-// before, so that building a second router on one registry does not fail.
+// before (metrics.Register), so that building a second router on one registry does not
+// fail. A different collector with the same name is left unregistered rather than
+// failing the router; the conflict is visible as missing series.
 func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A different collector with the same name: keep this one unregistered rather
-		// than fail the router; the conflict is visible as missing series.
-	}
+	c, _ = metrics.Register(reg, c)
 	return c
 }
 
@@ -293,7 +288,7 @@ func readyHandler(logger *slog.Logger, checks []Check) http.HandlerFunc {
 		if len(names) > 1 {
 			detail = "checks " + strings.Join(names, ", ") + " failed"
 		}
-		WriteProblem(w, r, NewProblem(http.StatusServiceUnavailable, detail))
+		writeProblem(w, r, KindUnavailable, detail, nil)
 	}
 }
 

@@ -25,7 +25,7 @@ type Option func(*Inbox)
 // maxTx such transactions run at once; an event waits for a free one rather than
 // opening its own. Values below 1 are taken as 1; maxBatch 1 turns grouping off.
 //
-// Each event still follows docs/architecture.md rule 3: its key and its handlers' effects are in
+// Each event still follows docs/architecture.md, rule 3: its key and its handlers' effects are in
 // the same transaction, and Process returns only after that transaction committed.
 // Within a group, keys are inserted in key order (so groups never deadlock on each
 // other's keys), then the handlers of each new event run. When a handler fails, the

@@ -16,7 +16,7 @@ import (
 // validates it against the contract (contracts.Validator.Decode) and runs Process.
 //
 // It returns nil when the event was processed or was a duplicate, so the runtime acks
-// it (docs/architecture.md rule 3: commit, then ack). An error that can never succeed
+// it (docs/architecture.md, rule 3: commit, then ack). An error that can never succeed
 // is returned wrapping amqp.ErrPermanent, so the delivery goes to the dead-letter queue
 // at once: a content_type that is set and is not application/json, a body that does not
 // decode or fails its schema (which includes an event_id that is not a UUID v7), a

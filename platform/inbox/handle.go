@@ -203,7 +203,7 @@ const selectKey = `SELECT payload_sha256, result FROM processed_event WHERE cons
 // storeResult records fn's result with the key (mode ReturnStored).
 const storeResult = `UPDATE processed_event SET result = $3 WHERE consumer = $1 AND message_key = $2`
 
-// Handle processes m once for the consumer (docs/architecture.md rule 3). In one
+// Handle processes m once for the consumer (docs/architecture.md, rule 3). In one
 // transaction on db it inserts the key (consumer, m.Key) with the SHA-256 of
 // m.Content, then calls fn, then commits. When the key is already there, fn is not
 // called and, depending on the mode, Handle returns Duplicate (Skip, ReturnStored

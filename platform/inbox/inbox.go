@@ -1,7 +1,7 @@
 // Package inbox makes message consumers idempotent: it records each message's key in
 // the processed_event table in the same PostgreSQL transaction as the message's
 // effect, so a redelivered message is recognised and not applied again, and a failed
-// one is processed again (docs/architecture.md rule 3).
+// one is processed again (docs/architecture.md, rule 3).
 //
 // Consumer.Handle (or the function Handle) is the whole library for any broker or
 // HTTP handler: one call, one transaction, with the modes Skip, Fail and
@@ -39,6 +39,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/logging"
+	platformmetrics "example.com/shop/platform/metrics"
 )
 
 // Handler applies the effect of one event inside tx, the transaction that also holds
@@ -134,7 +135,7 @@ func message(env contracts.Envelope) (Message, error) {
 	return Message{Key: env.EventID.String(), Content: content}, nil
 }
 
-// Process handles env once for this consumer (docs/architecture.md rule 3) through
+// Process handles env once for this consumer (docs/architecture.md, rule 3) through
 // Consumer.Handle: in one READ COMMITTED transaction it inserts the key (consumer,
 // env.EventID) into processed_event; when the key already exists it commits nothing
 // else and returns duplicate = true without running any handler. Otherwise it runs
@@ -234,19 +235,12 @@ func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger)
 	}
 }
 
-// register registers c on reg and returns it, or returns the equal collector
+// register registers c on reg (platform metrics.Register) and returns it, or the equal collector
 // registered before. On any other error it logs and returns c unregistered.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C, logger *slog.Logger) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
+	c, err := platformmetrics.Register(reg, c)
+	if err != nil {
+		logger.Error("inbox metrics not exported", "error", err)
 	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	logger.Error("inbox metrics not exported", "error", err)
 	return c
 }

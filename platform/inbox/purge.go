@@ -26,7 +26,7 @@ WHERE p.consumer = old.consumer AND p.message_key = old.message_key`
 
 // Purge deletes the processed_event keys of consumer ("" for every consumer) that were
 // processed more than olderThan ago, measured against the database clock when Purge
-// starts (docs/architecture.md rule 5). It deletes in chunks of PurgeChunk rows, each its own
+// starts (docs/architecture.md, rule 5). It deletes in chunks of PurgeChunk rows, each its own
 // transaction, until none is left, and returns how many rows it deleted, also when it
 // fails part way (ctx ended or a database error, returned wrapped).
 //

@@ -14,7 +14,7 @@ import (
 // starting, has no connection or resource to spare, is a read-only standby, or gave
 // up the transaction for contention with concurrent ones (deadlock, serialization
 // failure: the event is simply tried again). Such an error is not the event's fault
-// and must not spend one of its attempts (docs/architecture.md rule 5). Any other
+// and must not spend one of its attempts (docs/architecture.md, step 5 of the flow). Any other
 // error, a constraint violation raised by a handler's statement say, is the event's.
 // It is pg.Unavailable (connection refused or lost, shutdown, timeouts) widened by
 // what a consumer may also wait out: every code of classes 53 and 57P, contention,

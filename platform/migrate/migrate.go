@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -54,6 +55,26 @@ func Up(ctx context.Context, databaseURL string, migrations fs.FS) ([]Result, er
 		return nil, fmt.Errorf("migrate database %q: %w", connCfg.Database, err)
 	}
 	return results(applied), nil
+}
+
+// Apply runs Up and logs what it did to logger as the JSON records of the process:
+// "migration applied" at INFO for each migration (version, source), then "database
+// is up to date" (database, its name; applied, how many migrations this run applied).
+// It returns Up's error, unlogged: the caller reports it once.
+func Apply(ctx context.Context, databaseURL string, migrations fs.FS, logger *slog.Logger) error {
+	applied, err := Up(ctx, databaseURL, migrations)
+	if err != nil {
+		return err
+	}
+	for _, m := range applied {
+		logger.InfoContext(ctx, "migration applied", slog.Int64("version", m.Version), slog.String("source", m.Source))
+	}
+	var name string
+	if cfg, err := pg.ConnConfig(databaseURL); err == nil {
+		name = cfg.Database
+	}
+	logger.InfoContext(ctx, "database is up to date", slog.String("database", name), slog.Int("applied", len(applied)))
+	return nil
 }
 
 func results(applied []*goose.MigrationResult) []Result {

@@ -14,7 +14,7 @@ const purgeChunk = 5000
 
 // Purge deletes outbox rows published more than olderThan ago, in chunks of
 // at most 5,000 rows, each chunk its own transaction, until none is left
-// (DESIGN.md rule 5: published rows are kept as a dated log up to the
+// (docs/architecture.md, rule 5: published rows are kept as a dated log up to the
 // horizon). Unpublished rows are never deleted, whatever their age. It
 // returns the number of rows deleted, also when it stops early on an error
 // or the end of ctx. olderThan must be positive.

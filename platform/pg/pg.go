@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/platform/backoff"
 	"example.com/shop/platform/config"
 )
 
@@ -42,28 +43,56 @@ func NewPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// Backoff of WaitPool and Retry between failed attempts: the delay starts at
-// MinBackoff and doubles up to MaxBackoff, each one drawn uniformly from
-// [d/2, d] so that restarted services do not retry in step. AttemptTimeout
-// bounds one ping of WaitPool, so that an address that drops packets is
-// retried and logged too.
+// Backoff of WaitPool and Retry between failed attempts (package backoff): the
+// nominal delay starts at MinBackoff and doubles up to MaxBackoff, each one drawn
+// within ±50% of it so that restarted services do not retry in step.
+// AttemptTimeout bounds one ping of WaitPool, so that an address that drops
+// packets is retried and logged too.
 const (
 	MinBackoff     = 100 * time.Millisecond
 	MaxBackoff     = 5 * time.Second
 	AttemptTimeout = 10 * time.Second
 )
 
+// WaitOption adds to what WaitPool waits for.
+type WaitOption func(*waitConfig)
+
+type waitConfig struct {
+	createdBy string
+	tables    []string
+}
+
+// CreatedBy names the command that creates the database and its tables, such as
+// "order migrate". While the database does not exist (SQLSTATE 3D000) or a table of
+// RequireTables is missing, WaitPool's WARN lines carry hint="run `order migrate`"
+// and its errors end with it.
+func CreatedBy(command string) WaitOption {
+	return func(c *waitConfig) { c.createdBy = command }
+}
+
+// RequireTables makes WaitPool also wait until every named table exists (looked up
+// with to_regclass in the connection's search path, which needs no privilege on the
+// table), so that a process started on a database that is not migrated yet says so
+// instead of failing its first request.
+func RequireTables(names ...string) WaitOption {
+	return func(c *waitConfig) { c.tables = append(c.tables, names...) }
+}
+
 // WaitPool opens a pool as NewPool does but waits for the database instead of
-// failing at once: it pings until the server answers, logging each failed
-// attempt at WARN with the masked URL and the error, and sleeping with
-// capped exponential backoff and jitter (MinBackoff doubling to MaxBackoff)
-// in between. Every ping error is retried, a missing database or refused
-// login too, since another process may be about to fix it. It returns an
-// error at once when the URL is invalid, and an error wrapping ctx.Err()
-// (and naming the last ping error) when ctx ends first. Long-running
-// commands use it at start-up; one-shot commands use NewPool. A nil logger
-// discards logs.
-func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pgxpool.Pool, error) {
+// failing at once: it pings until the server answers (and, with RequireTables,
+// until the tables exist), logging each failed attempt at WARN ("database not
+// answering, retrying") with the masked URL, the error and, with CreatedBy, the
+// command that creates what is missing; it sleeps with the backoff of Retry in
+// between. Every ping error is retried, a missing database or refused login too,
+// since another process may be about to fix it. It returns an error at once when
+// the URL is invalid, and an error wrapping ctx.Err() (and naming the last
+// error) when ctx ends first. Long-running commands use it at start-up;
+// one-shot commands use NewPool. A nil logger discards logs.
+func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...WaitOption) (*pgxpool.Pool, error) {
+	var wc waitConfig
+	for _, o := range opts {
+		o(&wc)
+	}
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -72,11 +101,28 @@ func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pg
 	if err != nil {
 		return nil, fmt.Errorf("open pool for database %q: %w", cfg.ConnConfig.Database, err)
 	}
+	name := cfg.ConnConfig.Database
 	err = Retry(ctx, databaseURL, logger, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
-			return &retryable{fmt.Errorf("ping database %q: %w", cfg.ConnConfig.Database, err)}
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
+				err = fmt.Errorf("database %q does not exist", name)
+				return &retryable{err: err, hint: wc.hint()}
+			}
+			return &retryable{err: fmt.Errorf("ping database %q: %w", name, err)}
+		}
+		if len(wc.tables) == 0 {
+			return nil
+		}
+		missing, err := missingTables(ctx, pool, wc.tables)
+		if err != nil {
+			return &retryable{err: fmt.Errorf("look up tables in database %q: %w", name, err)}
+		}
+		if len(missing) > 0 {
+			err := fmt.Errorf("database %q lacks the tables %s", name, strings.Join(missing, ", "))
+			return &retryable{err: err, hint: wc.hint()}
 		}
 		return nil
 	})
@@ -87,18 +133,37 @@ func WaitPool(ctx context.Context, databaseURL string, logger *slog.Logger) (*pg
 	return pool, nil
 }
 
+// hint is what to run to create the database, or "" when CreatedBy was not given.
+func (c waitConfig) hint() string {
+	if c.createdBy == "" {
+		return ""
+	}
+	return "run `" + c.createdBy + "`"
+}
+
+// missingTables returns those of names that do not exist, in their order.
+func missingTables(ctx context.Context, pool *pgxpool.Pool, names []string) ([]string, error) {
+	rows, err := pool.Query(ctx,
+		`SELECT name FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i) WHERE to_regclass(name) IS NULL ORDER BY i`, names)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // Retry calls fn until it succeeds, while it fails to connect to the
 // database of databaseURL. An error of fn that wraps a *pgconn.ConnectError
 // (the server did not answer, or refused the connection) is logged at WARN
-// with the masked databaseURL and retried after the backoff of WaitPool;
-// any other error is returned at once. When ctx ends first, Retry returns an error
-// wrapping ctx.Err() that names the last error. A nil logger discards logs.
+// with the masked databaseURL and retried after a delay of package backoff
+// (MinBackoff doubling to MaxBackoff); any other error is returned at once.
+// When ctx ends first, Retry returns an error wrapping ctx.Err() that names the
+// last error. A nil logger discards logs.
 func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func(ctx context.Context) error) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	masked := config.MaskURL(databaseURL)
-	delay := MinBackoff
+	b := backoff.New(MinBackoff, MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -115,24 +180,32 @@ func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func
 		if !errors.As(err, &connErr) && !errors.As(err, &r) {
 			return err
 		}
-		wait := delay/2 + rand.N(delay-delay/2+1)
-		delay = min(2*delay, MaxBackoff)
-		logger.WarnContext(ctx, "database not answering, retrying", slog.String("database", masked),
-			slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.Any("error", err))
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		wait := b.NextBackOff()
+		attrs := []slog.Attr{slog.String("database", masked), slog.Int("attempt", attempt),
+			slog.Duration("retry_in", wait), slog.Any("error", err)}
+		if r != nil && r.hint != "" {
+			attrs = append(attrs, slog.String("hint", r.hint))
+		}
+		logger.LogAttrs(ctx, slog.LevelWarn, "database not answering, retrying", attrs...)
+		if backoff.Sleep(ctx, wait) != nil {
 			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), err)
 		}
 	}
 }
 
-// retryable marks an error that Retry retries whatever it wraps.
-type retryable struct{ err error }
+// retryable marks an error that Retry retries whatever it wraps; hint, when not
+// empty, says what to run to fix it and ends the message.
+type retryable struct {
+	err  error
+	hint string
+}
 
-func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Error() string {
+	if r.hint != "" {
+		return r.err.Error() + ": " + r.hint
+	}
+	return r.err.Error()
+}
 func (r *retryable) Unwrap() error { return r.err }
 
 // WithTx runs fn inside one READ COMMITTED transaction begun on db.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 )
@@ -82,5 +84,71 @@ func TestRetryReturnsOtherErrorsAtOnce(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || calls != 1 {
 		t.Fatalf("Retry = %v after %d calls, want boom after 1", err, calls)
+	}
+}
+
+// TestWaitPoolNamesTheCommandThatCreatesTheDatabase: against a database that does
+// not exist, then one without its tables, WaitPool keeps waiting and every WARN
+// line says which command creates them; once the table exists it returns the pool.
+func TestWaitPoolNamesTheCommandThatCreatesTheDatabase(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t)
+	logger, logs := testkit.Logger(t)
+	ctx := testkit.Context(t)
+	waitFor := func(want string) {
+		t.Helper()
+		for !strings.Contains(logs.String(), want) {
+			if ctx.Err() != nil {
+				t.Errorf("logs never said %s:\n%s", want, logs)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	type result struct {
+		pool *pgxpool.Pool
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy("order migrate"), pg.RequireTables("widget", "public.gadget"))
+		done <- result{p, err}
+	}()
+
+	waitFor("does not exist: run `order migrate`")
+	waitFor(`"hint":"run ` + "`order migrate`" + `"`)
+	if err := pg.EnsureDatabase(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("lacks the tables widget, public.gadget: run `order migrate`")
+	pool, err := pg.NewPool(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE widget (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("lacks the tables public.gadget: run")
+	if _, err := pool.Exec(ctx, `CREATE TABLE gadget (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("WaitPool: %v", r.err)
+	}
+	r.pool.Close()
+}
+
+// TestWaitPoolErrorCarriesTheHint: when ctx ends while the database is missing,
+// the error says what to run.
+func TestWaitPoolErrorCarriesTheHint(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := pg.WaitPool(ctx, url, nil, pg.CreatedBy("stock migrate"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "does not exist: run `stock migrate`") {
+		t.Fatalf("WaitPool = %v, want ctx's error naming `stock migrate`", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+
+	"example.com/shop/platform/logging"
 )
 
 // Logs collects what a logger or a command under test writes, one JSON object per
@@ -40,7 +42,8 @@ func (l *Logs) Tail(n int) string {
 	return s
 }
 
-// Logger returns a JSON logger at debug level that writes into the returned Logs,
+// Logger returns a logger at debug level, of the shape every process logs
+// (logging.NewHandler), that writes into the returned Logs,
 // so a test can read what the code under test logged. When t has failed by the
 // time it ends, the last 8 KiB of the logs are written to the test output.
 func Logger(t testing.TB) (*slog.Logger, *Logs) {
@@ -51,5 +54,5 @@ func Logger(t testing.TB) (*slog.Logger, *Logs) {
 			t.Logf("logs:\n%s", logs.Tail(8<<10))
 		}
 	})
-	return slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), logs
+	return slog.New(logging.NewHandler(logs, slog.LevelDebug)), logs
 }

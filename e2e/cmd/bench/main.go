@@ -1,6 +1,8 @@
 // Command bench measures the shop on the real PostgreSQL and RabbitMQ and
 // reports each number beside its baseline: the raw broker and database
-// limits, the outbox relay one confirm at a time and pipelined, the stock
+// limits, the outbox relay one confirm at a time and as real relay
+// processes over 1, 2, 4 and 8 partitions with 1 and 2 processes (with a
+// per-order ordering check of what reached the queue), the stock
 // consumer, place -> reservation latency with NOTIFY and with polling, and
 // throughput as the outbox and processed_event tables grow. `make bench`
 // builds the binaries into bin/ and runs it; docs/performance.md explains

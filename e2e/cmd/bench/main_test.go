@@ -70,7 +70,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "relay, pipelined") {
+	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "relay, 1 partition(s), 1 process(es)") {
 		t.Errorf("chart.svg does not look like the bench chart:\n%.300s", svg)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
+	"example.com/shop/platform/backoff"
 )
 
 // settle bounds the wait for the system to recover after the last fault.
@@ -62,7 +63,7 @@ func toxic(kindName string, attrs func(rng *rand.Rand) map[string]any) func(cont
 		if err != nil {
 			return p, err
 		}
-		sleep(ctx, d)
+		_ = backoff.Sleep(ctx, d)
 		remove()
 		return p, nil
 	}
@@ -84,7 +85,7 @@ func kinds() []kind {
 			if err := s.rig.Net.Disable(p); err != nil {
 				return p, err
 			}
-			sleep(ctx, d)
+			_ = backoff.Sleep(ctx, d)
 			return p, s.rig.Net.Enable(p)
 		}},
 		{"db-outage", 60 * time.Second, 90 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
@@ -93,7 +94,7 @@ func kinds() []kind {
 			if err != nil {
 				return db, err
 			}
-			sleep(ctx, d)
+			_ = backoff.Sleep(ctx, d)
 			return db, unblock(context.WithoutCancel(ctx))
 		}},
 		{"terminate-backends", 0, 0, func(ctx context.Context, s *soak, rng *rand.Rand, _ time.Duration) (string, error) {
@@ -113,7 +114,7 @@ func kinds() []kind {
 					removes = append(removes, remove)
 				}
 			}
-			sleep(ctx, d)
+			_ = backoff.Sleep(ctx, d)
 			for _, remove := range removes {
 				remove()
 			}
@@ -137,7 +138,7 @@ func kinds() []kind {
 			if _, err := s.node.Ctl(ctx, "set_vm_memory_high_watermark", "0.0000001"); err != nil {
 				return "broker", err
 			}
-			sleep(ctx, d)
+			_ = backoff.Sleep(ctx, d)
 			_, err := s.node.Ctl(context.WithoutCancel(ctx), "set_vm_memory_high_watermark", "0.4")
 			return "broker", err
 		}},
@@ -145,7 +146,7 @@ func kinds() []kind {
 			if _, err := s.node.Ctl(ctx, "stop_app"); err != nil {
 				return "broker", err
 			}
-			sleep(ctx, d)
+			_ = backoff.Sleep(ctx, d)
 			_, err := s.node.Ctl(context.WithoutCancel(ctx), "start_app")
 			return "broker", err
 		}},
@@ -181,13 +182,6 @@ func dbOf(proxy string) string {
 		return "shipping"
 	default:
 		return "order"
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package bench measures what the shop's reliability costs on one machine:
-// the raw broker and database limits, the outbox relay in its two modes, the
+// the raw broker and database limits, the outbox relay (one confirm at a
+// time, then partitioned relay processes), the
 // stock consumer, end-to-end latency and how throughput changes as the
 // outbox and processed_event tables grow. `make bench` runs it through
 // e2e/cmd/bench; docs/performance.md explains every measurement.
@@ -101,7 +102,7 @@ func QuickSizes() Sizes {
 		BrokerBatch:          500,
 		BrokerPublishers:     2,
 		RelayRows:            2000,
-		OneAtATimeLimit:      500 * time.Millisecond,
+		OneAtATimeLimit:      2 * time.Second,
 		DBDuration:           500 * time.Millisecond,
 		ConsumerEvents:       500,
 		DefaultWorkers:       32,
@@ -222,7 +223,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		fn        func(context.Context) error
 	}{
 		{"broker", "raw broker limit", e.measureBroker},
-		{"relay", "relay: one confirm at a time vs pipelined", e.measureRelay},
+		{"relay", "relay: one confirm at a time, then partitions x processes", e.measureRelay},
 		{"consumer", "raw database limit and stock consumer", e.measureConsumer},
 		{"latency", "end-to-end latency", e.measureLatency},
 		{"maxrate", "highest steady rate with p99 < 100 ms", e.measureMaxRate},

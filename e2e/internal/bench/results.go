@@ -105,8 +105,24 @@ func specs(s Sizes) []spec {
 		{name: brokerMultiName(s), unit: "msgs/s", panel: panelThroughput, label: fmt.Sprintf("broker, %d publishers", s.BrokerPublishers)},
 		{name: "broker_ceiling", unit: "msgs/s", label: "broker ceiling"},
 		{name: "relay_one_at_a_time", unit: "events/s", baseline: "broker_ceiling", panel: panelThroughput, label: "relay, one confirm at a time"},
-		{name: "relay_pipelined", unit: "events/s", baseline: "broker_ceiling", goal: atLeast(0.5), panel: panelThroughput, label: "relay, pipelined"},
-		{name: "relay_pipelined_speedup", unit: "x", goal: &goal{op: ">=", target: 5}},
+	}
+	for _, procs := range relayProcesses {
+		for _, parts := range relayPartitions {
+			sp := spec{name: relayRunName(parts, procs), unit: "events/s", baseline: "broker_ceiling",
+				panel: panelThroughput, label: fmt.Sprintf("relay, %d partition(s), %d process(es)", parts, procs)}
+			switch {
+			case parts == 1 && procs == 1:
+				sp.goal = atLeast(0.75)
+			case parts == 4 && procs == 2:
+				sp.goal = atLeast(0.9)
+			}
+			out = append(out, sp)
+		}
+	}
+	out = append(out,
+		spec{name: "relay_order_violations", unit: "orders", goal: &goal{op: "<", target: 1}},
+		spec{name: "relay_pipelined_speedup", unit: "x", goal: &goal{op: ">=", target: 5}})
+	out = append(out, []spec{
 		{name: rawDBName(s.DefaultWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.DefaultWorkers)},
 		{name: consumerName(s.DefaultWorkers), unit: "events/s", baseline: rawDBName(s.DefaultWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.DefaultWorkers)},
 		{name: rawDBName(s.TunedWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.TunedWorkers)},
@@ -116,7 +132,7 @@ func specs(s Sizes) []spec {
 		{name: cpuStockName(s.DefaultWorkers), unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
 		{name: cpuRawName(s.TunedWorkers), unit: "ms"},
 		{name: cpuStockName(s.TunedWorkers), unit: "ms", baseline: cpuRawName(s.TunedWorkers)},
-	}
+	}...)
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}
 		switch p {

@@ -22,6 +22,7 @@ import (
 
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/backoff"
 )
 
 // Config says where the binaries are and which databases and broker the rig
@@ -244,10 +245,7 @@ func (r *Rig) Freeze(ctx context.Context, p *system.Process, d time.Duration) er
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+	_ = backoff.Sleep(ctx, d) // thaw early when ctx ends, never leave it stopped
 	return p.Signal(syscall.SIGCONT)
 }
 

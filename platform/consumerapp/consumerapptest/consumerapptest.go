@@ -95,12 +95,12 @@ func (s *Server) Stop(t testing.TB) {
 }
 
 // Migrate runs the subcommand migrate of spec with vars as the environment, failing t
-// when it returns an error, and returns what it printed.
+// when it returns an error, and returns what it logged (JSON lines).
 func Migrate(t testing.TB, spec consumerapp.Spec, vars map[string]string) string {
 	t.Helper()
 	var out strings.Builder
 	err := consumerapp.Run(testkit.Context(t), spec, []string{spec.Name, "migrate"},
-		func(k string) string { return vars[k] }, &out, io.Discard)
+		func(k string) string { return vars[k] }, io.Discard, &out)
 	if err != nil {
 		t.Fatalf("%s migrate: %v", spec.Name, err)
 	}
@@ -141,9 +141,9 @@ func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
 	defer func() { _ = conn.Close() }()
 	pub := amqp.NewPublisher(conn, topo.Exchange)
 	defer func() { _ = pub.Close() }()
-	err = pub.PublishOne(ctx, amqp.Message{
+	_, err = pub.PublishBatch(ctx, []amqp.Message{{
 		RoutingKey: env.EventName, Type: env.EventName, MessageID: env.EventID.String(), Body: body,
-	}, 10*time.Second)
+	}}, 10*time.Second)
 	if err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
 	}

@@ -1,6 +1,6 @@
 // Package inboxtest is the acceptance suite of platform/inbox: a service runs it against
 // its own migrations to prove that its processed_event table gives exactly-once effects
-// (DESIGN.md rule 3) on a real PostgreSQL server.
+// (docs/architecture.md, rule 3) on a real PostgreSQL server.
 package inboxtest
 
 import (

@@ -1,5 +1,5 @@
 -- +goose Up
--- Orders and their lines (DESIGN.md "Tables").
+-- Orders and their lines (docs/architecture.md, "Processes and ports").
 CREATE TABLE orders (
     id          uuid        PRIMARY KEY,
     customer_id uuid        NOT NULL,

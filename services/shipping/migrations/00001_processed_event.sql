@@ -1,5 +1,5 @@
 -- +goose Up
--- Inbox keys (DESIGN.md rule 3): one row per event a consumer has handled,
+-- Inbox keys (docs/architecture.md, rule 3): one row per event a consumer has handled,
 -- written in the same transaction as the handler's effect.
 CREATE TABLE processed_event (
     consumer     text        NOT NULL,

@@ -1,5 +1,5 @@
 -- +goose Up
--- The versioned copy of each order's status (DESIGN.md rule 4): a row only
+-- The versioned copy of each order's status (docs/architecture.md, rule 4): a row only
 -- ever moves to a higher version.
 CREATE TABLE order_status (
     order_id   uuid        PRIMARY KEY,

@@ -8,7 +8,7 @@ import (
 )
 
 // TestInbox runs the inbox acceptance suite on shipping's own processed_event
-// table (docs/architecture.md rule 3).
+// table (docs/architecture.md, rule 3).
 func TestInbox(t *testing.T) {
 	inboxtest.Run(t, migrations.FS)
 }

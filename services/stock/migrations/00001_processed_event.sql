@@ -1,4 +1,4 @@
--- Keys of the events the stock consumer has processed (DESIGN.md rule 3). A key is
+-- Keys of the events the stock consumer has processed (docs/architecture.md, rule 3). A key is
 -- written in the same transaction as the event's reservations, so both commit or
 -- neither does. bin/stock purge-inbox deletes old keys by processed_at.
 

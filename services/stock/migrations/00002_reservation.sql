@@ -1,5 +1,5 @@
 -- Stock held for placed orders: one row per order line. order_status is stock's
--- versioned copy of each order's status (DESIGN.md rule 4, as in shipping): an event
+-- versioned copy of each order's status (docs/architecture.md, rule 4, as in shipping): an event
 -- changes reservations only when its version wins the upsert on that row. The row
 -- lock taken by the upsert also serialises the placed and cancelled events of one
 -- order, so a cancel processed at the same moment as its place, or a retried place

@@ -1,5 +1,5 @@
 -- +goose Up
--- The transactional outbox (DESIGN.md rules 1 and 2): one row per event,
+-- The transactional outbox (docs/architecture.md, rules 1 and 2): one row per event,
 -- written in the transaction of the business change, published by the relay.
 CREATE TABLE outbox (
     id           uuid        PRIMARY KEY, -- the envelope's event_id (UUID v7)

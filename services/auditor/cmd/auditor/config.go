@@ -55,12 +55,7 @@ func loadServeConfig(getenv func(string) string) (serveConfig, error) {
 		Grace:    env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),
 		Window:   env.PositiveDuration("AUDIT_WINDOW", 15*time.Minute),
 	}
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	c.LogLevel = level
+	c.LogLevel = logging.LevelFromEnv(env)
 	return c, env.Err()
 }
 

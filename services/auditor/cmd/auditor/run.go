@@ -129,20 +129,21 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	}()
 
 	err = func() error {
-		open := func(url string) (*pgxpool.Pool, error) {
-			p, err := pg.WaitPool(ctx, url, logger)
+		// The auditor reads what each service's migrate command creates.
+		open := func(url, service string) (*pgxpool.Pool, error) {
+			p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
 			if err == nil {
 				pools = append(pools, p)
 			}
 			return p, err
 		}
-		orderPool, err := open(cfg.OrderDatabaseURL)
+		orderPool, err := open(cfg.OrderDatabaseURL, "order")
 		if err != nil {
 			return err
 		}
 		consumers := map[string]*pgxpool.Pool{}
 		for name, url := range cfg.ConsumerDBs {
-			if consumers[name], err = open(url); err != nil {
+			if consumers[name], err = open(url, name); err != nil {
 				return err
 			}
 		}

@@ -69,7 +69,7 @@ type Report struct {
 const maxRecheckFindings = 1000
 
 // Audit checks, again and again, that every published event reached every consumer
-// that should receive it (docs/architecture.md rule 3: a key, or a dead letter).
+// that should receive it (docs/architecture.md, rule 3: a key, or a dead letter).
 //
 // Each cycle makes three bounded passes over the order database's outbox, walking
 // its UUID v7 primary key:

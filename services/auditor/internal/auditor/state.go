@@ -17,7 +17,7 @@ type State string
 // The states of a consumer for an event, as the journey and the audit report them.
 const (
 	// StateProcessed: the consumer holds the event's processed_event key; its effect
-	// committed with the key (docs/architecture.md rule 3).
+	// committed with the key (docs/architecture.md, rule 3).
 	StateProcessed State = "processed"
 	// StateDeadLettered: the consumer recorded the event in its dead_letter table and
 	// has not resolved it; the message sits in its dead-letter queue.

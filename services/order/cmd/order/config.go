@@ -27,7 +27,7 @@ func loadServeConfig(getenv func(string) string) (serveConfig, error) {
 	c := serveConfig{
 		DatabaseURL:    env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
 		HTTPAddr:       env.String("HTTP_ADDR", config.DefaultOrderHTTPAddr),
-		LogLevel:       logLevel(env),
+		LogLevel:       logging.LevelFromEnv(env),
 		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
 	}
 	return c, env.Err()
@@ -55,7 +55,7 @@ func loadMigrateConfig(getenv func(string) string) (migrateConfig, error) {
 	env := config.NewEnv(getenv)
 	c := migrateConfig{
 		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		LogLevel:    logLevel(env),
+		LogLevel:    logging.LevelFromEnv(env),
 	}
 	return c, env.Err()
 }
@@ -66,14 +66,4 @@ func (c migrateConfig) LogValue() slog.Value {
 		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
 		slog.String("log_level", c.LogLevel.String()),
 	)
-}
-
-// logLevel reads LOG_LEVEL, recording an error on env for a level it does not know.
-func logLevel(env *config.Env) slog.Level {
-	raw := env.String("LOG_LEVEL", "info")
-	level, err := logging.ParseLevel(raw)
-	if err != nil {
-		env.Errorf("LOG_LEVEL", "%q is not one of debug, info, warn, error", raw)
-	}
-	return level
 }

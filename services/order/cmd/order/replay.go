@@ -18,6 +18,9 @@ import (
 	"example.com/shop/platform/pg"
 )
 
+// serviceReplay names the replay command in its log lines.
+const serviceReplay = "order-replay-outbox"
+
 const replayUsage = "usage: order replay-outbox --since RFC3339 --until RFC3339 [--event-name NAME] [--dry-run] [--force]"
 
 // replayConfig is the configuration of `order replay-outbox`, read from the environment:
@@ -43,7 +46,7 @@ func loadReplayConfig(getenv func(string) string) (replayConfig, error) {
 		DatabaseURL:  env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
 		Horizon:      env.PositiveDuration("OUTBOX_REPLAY_HORIZON", outbox.DefaultReplayHorizon),
 		MinRetention: env.PositiveDuration("INBOX_MIN_RETENTION", outbox.DefaultReplayHorizon),
-		LogLevel:     logLevel(env),
+		LogLevel:     logging.LevelFromEnv(env),
 	}
 	if c.Horizon > c.MinRetention {
 		env.Errorf("OUTBOX_REPLAY_HORIZON", "%v exceeds INBOX_MIN_RETENTION (%v): consumers may have purged the keys of "+
@@ -91,7 +94,7 @@ func runReplayOutbox(ctx context.Context, args []string, getenv func(string) str
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceReplay)
 
 	pool, err := pg.NewPool(ctx, cfg.DatabaseURL)
 	if err != nil {

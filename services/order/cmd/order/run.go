@@ -26,8 +26,18 @@ import (
 
 const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION | replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]"
 
-// service names the order service in logs.
-const service = "order"
+// Each process of the order service names itself in the service attribute of its
+// log lines; a one-shot command is named after its subcommand.
+const (
+	serviceAPI     = "order-api"
+	serviceRelay   = "order-relay"
+	serviceMigrate = "order-migrate"
+	servicePurge   = "order-purge-outbox"
+)
+
+// migrateCommand creates the order database and its tables; serve and relay name it
+// while they wait for them.
+const migrateCommand = "order migrate"
 
 // run is the whole program: args are os.Args, getenv reads the environment,
 // command output goes to stdout and JSON logs to stderr. It returns when the
@@ -80,7 +90,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceAPI)
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
 	validator, err := contracts.NewValidator()
@@ -116,12 +126,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	err = func() error {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return applyMigrations(ctx, cfg.DatabaseURL, logger)
+				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 			}); err != nil {
 				return err
 			}
 		}
-		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger)
+		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger,
+			pg.CreatedBy(migrateCommand), pg.RequireTables("orders", "outbox", "processed_event"))
 		if err != nil {
 			return err
 		}
@@ -145,8 +156,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 }
 
 // runMigrate creates the order database when it is missing and applies the
-// embedded migrations; running it again applies nothing.
-func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// embedded migrations, logging each one and the outcome as JSON on stderr
+// (migrate.Apply); running it again applies nothing.
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
 	if err := noArgs("migrate", args); err != nil {
 		return err
 	}
@@ -154,26 +166,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
+	logger := logging.New(stderr, cfg.LogLevel, serviceMigrate)
 	logger.InfoContext(ctx, "migrating", slog.Any("config", cfg))
-	applied, err := migrate.Up(ctx, cfg.DatabaseURL, migrations.FS)
-	if err != nil {
-		return err
-	}
-	for _, m := range applied {
-		fmt.Fprintf(stdout, "applied %05d %s\n", m.Version, m.Source)
-	}
-	fmt.Fprintf(stdout, "order database is up to date (%d migrations applied now)\n", len(applied))
-	return nil
-}
-
-func applyMigrations(ctx context.Context, databaseURL string, logger *slog.Logger) error {
-	applied, err := migrate.Up(ctx, databaseURL, migrations.FS)
-	if err != nil {
-		return err
-	}
-	for _, m := range applied {
-		logger.InfoContext(ctx, "migration applied", slog.Int64("version", m.Version), slog.String("source", m.Source))
-	}
-	return nil
+	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
 )
@@ -246,6 +247,41 @@ func TestServeWaitsForTheDatabase(t *testing.T) {
 	}
 }
 
+// TestServeNamesMigrateOnAMissingDatabase: serve against a database that does not
+// exist, then one without tables, keeps waiting and says in its WARN lines that
+// `order migrate` creates them; once migrated it serves.
+func TestServeNamesMigrateOnAMissingDatabase(t *testing.T) {
+	t.Parallel()
+	url := testkit.EmptyDatabaseURL(t)
+	_, logs, stop := startListening(t, map[string]string{"ORDER_DATABASE_URL": url})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	waitLog := func(want string) {
+		t.Helper()
+		for end := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), want); {
+			if time.Now().After(end) {
+				t.Fatalf("serve never logged %s:\n%s", want, logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitLog("does not exist: run `order migrate`")
+	if err := pg.EnsureDatabase(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	waitLog("lacks the tables orders, outbox, processed_event: run `order migrate`")
+	if err := run(context.Background(), []string{"order", "migrate"}, env(map[string]string{"ORDER_DATABASE_URL": url}), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(`"msg":"order service ready"`)
+	if !strings.Contains(logs.String(), `"service":"order-api"`) {
+		t.Errorf("serve's lines lack service order-api:\n%s", logs)
+	}
+}
+
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func TestServeMigrateOnStartCreatesDatabase(t *testing.T) {
@@ -262,22 +298,42 @@ func TestServeMigrateOnStartCreatesDatabase(t *testing.T) {
 	}
 }
 
+// TestMigrateCreatesDatabaseAndIsIdempotent: migrate creates the database and logs,
+// as JSON lines of the service order-migrate, each migration it applies and the
+// outcome; the second run applies nothing. stdout stays empty.
 func TestMigrateCreatesDatabaseAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"ORDER_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, io.Discard); err != nil {
+	var out, logs bytes.Buffer
+	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, &logs); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if !strings.Contains(out.String(), "applied 00001") || !strings.Contains(out.String(), "up to date") {
-		t.Errorf("first migrate output = %q", out.String())
+	applied := 0
+	for _, line := range bytes.Split(bytes.TrimSpace(logs.Bytes()), []byte("\n")) {
+		var rec struct {
+			Msg     string `json:"msg"`
+			Service string `json:"service"`
+			Applied *int   `json:"applied"`
+		}
+		if err := json.Unmarshal(line, &rec); err != nil || rec.Service != "order-migrate" {
+			t.Errorf("log line %q is not JSON of order-migrate (%v)", line, err)
+		}
+		if rec.Msg == "migration applied" {
+			applied++
+		}
+		if rec.Msg == "database is up to date" && (rec.Applied == nil || *rec.Applied != applied || applied == 0) {
+			t.Errorf("up-to-date line %s after %d applied lines", line, applied)
+		}
 	}
-	out.Reset()
-	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, io.Discard); err != nil {
+	if out.Len() != 0 || !strings.Contains(logs.String(), `"msg":"database is up to date"`) {
+		t.Errorf("first migrate: stdout %q, logs %s", out.String(), logs.String())
+	}
+	logs.Reset()
+	if err := run(context.Background(), []string{"order", "migrate"}, env(vars), &out, &logs); err != nil {
 		t.Fatalf("second migrate: %v", err)
 	}
-	if !strings.Contains(out.String(), "(0 migrations applied now)") {
-		t.Errorf("second migrate output = %q", out.String())
+	if !strings.Contains(logs.String(), `"applied":0`) || strings.Contains(logs.String(), "migration applied") {
+		t.Errorf("second migrate logged %s", logs.String())
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package order is the order domain: the Order aggregate, its place/cancel
-// state machine and the events its transitions record (DESIGN.md rule 1).
+// state machine and the events its transitions record (docs/architecture.md, rule 1).
 package order
 
 import (

@@ -1,5 +1,5 @@
 // Package store keeps orders in PostgreSQL and writes the events their
-// transitions record to the outbox in the same transaction (DESIGN.md rule 1).
+// transitions record to the outbox in the same transaction (docs/architecture.md, rule 1).
 package store
 
 import (
@@ -93,7 +93,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
 // this one commits, then sees its result), loads the lines, calls fn, and when
 // fn returns nil and changed the version, saves status, version and updated_at
 // and writes every event fn's transitions recorded to the outbox through the
-// outbox.Writer, then commits (DESIGN.md rule 1).
+// outbox.Writer, then commits (docs/architecture.md, rule 1).
 //
 // It returns an error wrapping order.ErrNotFound when no order has id, fn's
 // error when fn fails, and the Writer's error (a *contracts.ValidationError
@@ -140,10 +140,11 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as
+// aggregate key (so the relay keeps one order's events in order) and as
 // correlation id.
 func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
 	for _, e := range o.Events() {
-		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), e.Payload); err != nil {
+		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), o.ID().String(), e.Payload); err != nil {
 			return err
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // spec describes the shipping service to consumerapp.Run: consumer and variable
 // prefix "shipping" (SHIPPING_*), the queue shipping.events, SHIPPING_DATABASE_URL
 // defaulting to the shipping database, HTTP_ADDR :8083, the order status handlers
-// (DESIGN.md rule 4) and GET /order-status/{order_id}, GET /shipments/{order_id}.
+// (docs/architecture.md, rule 4) and GET /order-status/{order_id}, GET /shipments/{order_id}.
 //
 // The consumer defaults are consumerapp's: 8 workers (SHIPPING_WORKERS) and one
 // inbox transaction per event (SHIPPING_INBOX_GROUP 1, group commit off; set it

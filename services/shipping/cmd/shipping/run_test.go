@@ -33,7 +33,7 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "shipping database is up to date (6 migrations applied now)") {
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":6}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)
@@ -67,7 +67,7 @@ func TestServe(t *testing.T) {
 	srv.Stop(t)
 }
 
-// TestSettings: shipping keeps its defaults (DESIGN.md database and port, 8 workers,
+// TestSettings: shipping keeps its defaults (the database and port of docs/operations.md, 8 workers,
 // no inbox group commit) and names its bad SHIPPING_* variables.
 func TestSettings(t *testing.T) {
 	t.Parallel()

@@ -24,7 +24,7 @@ const Consumer = contracts.ConsumerShipping
 
 // Register adds the shipping handlers to in: order.order.placed.v1 records the
 // status placed, order.order.cancelled.v1 the status cancelled, each through
-// store.ApplyStatus (docs/architecture.md rule 4), and when it wins brings the
+// store.ApplyStatus (docs/architecture.md, rule 4), and when it wins brings the
 // order's shipment in step (placed -> ready, cancelled -> cancelled, created when
 // missing). Stale events are logged to logger at info level (nil discards) and
 // acknowledged: they are not failures. A payload that does not decode, or a change

@@ -191,7 +191,7 @@ func (r *rig) publish(t *testing.T, env contracts.Envelope) {
 		t.Fatal(err)
 	}
 	msg := amqp.Message{RoutingKey: env.EventName, MessageID: env.EventID.String(), Type: env.EventName, Body: body}
-	if err := r.pub.PublishOne(testkit.Context(t), msg, waitFor); err != nil {
+	if _, err := r.pub.PublishBatch(testkit.Context(t), []amqp.Message{msg}, waitFor); err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
 	}
 }
@@ -283,7 +283,7 @@ func (r *rig) wantProcessed(t *testing.T, ids ...uuid.UUID) {
 	}
 }
 
-// TestOrderEvents runs the acceptance scenarios of DESIGN.md rule 4 through the
+// TestOrderEvents runs the acceptance scenarios of docs/architecture.md, rule 4 through the
 // real broker, consumer runtime, inbox and handlers. The scenarios share one
 // broker and database (each has its own order) and run one after the other,
 // each delivery awaited before the next is published, so the delivery order is

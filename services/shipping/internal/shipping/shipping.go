@@ -43,7 +43,7 @@ const (
 )
 
 // StatusChange is what an order event says: order OrderID reached Status at
-// Version. Only Version decides which of two changes is newer (DESIGN.md
+// Version. Only Version decides which of two changes is newer (docs/architecture.md,
 // rule 4); event ids and occurred_at never do.
 type StatusChange struct {
 	OrderID uuid.UUID // the order the event is about

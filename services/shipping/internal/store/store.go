@@ -31,7 +31,7 @@ func New(db DB) *Store {
 	return &Store{db: db}
 }
 
-// upsertStatus is the versioned upsert of docs/architecture.md rule 4: it writes the
+// upsertStatus is the versioned upsert of docs/architecture.md, rule 4: it writes the
 // change only when no row exists or the stored version is older, and returns a row only
 // then. An equal version loses, so of two changes with the same version the first one
 // stays. Two transactions that upsert the same order take turns on its row (or on its
@@ -46,7 +46,7 @@ WHERE order_status.version < EXCLUDED.version
 RETURNING status`
 
 // ApplyStatus records change c in tx when c.Version is newer than the stored version of
-// its order, or no row exists yet (docs/architecture.md rule 4), and reports whether it
+// its order, or no row exists yet (docs/architecture.md, rule 4), and reports whether it
 // did. A stale change, or one with the same version as the stored row, changes nothing
 // and returns applied=false with a nil error: the event is older than what is known.
 //

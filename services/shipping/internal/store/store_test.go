@@ -46,7 +46,7 @@ func wantStatus(t *testing.T, pool *pgxpool.Pool, orderID uuid.UUID, status ship
 }
 
 // TestApplyStatus: a change applies only when its version is newer than the stored one
-// (docs/architecture.md rule 4); the first of two equal versions stays.
+// (docs/architecture.md, rule 4); the first of two equal versions stays.
 func TestApplyStatus(t *testing.T) {
 	t.Parallel()
 	type step struct {

@@ -30,7 +30,7 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 		"AMQP_URL":           amqpURL,
 		"STOCK_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, "stock database is up to date (5 migrations applied now)") {
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)
@@ -58,7 +58,7 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 	srv.Stop(t)
 }
 
-// TestDefaults: stock keeps its defaults (DESIGN.md database and port, 32 workers,
+// TestDefaults: stock keeps its defaults (the database and port of docs/operations.md, 32 workers,
 // inbox group commit 16 x 2).
 func TestDefaults(t *testing.T) {
 	t.Parallel()

@@ -24,7 +24,7 @@ const Consumer = contracts.ConsumerStock
 
 // Register adds the stock handlers to in: order.order.placed.v1 reserves every line
 // of the order, order.order.cancelled.v1 releases them, each only when its version wins
-// store.ApplyStatus (docs/architecture.md rule 4). Stale events are logged to logger at
+// store.ApplyStatus (docs/architecture.md, rule 4). Stale events are logged to logger at
 // info level (nil discards) and acknowledged: they are not failures. A payload that
 // does not decode, or a change that can never apply, is an error wrapping
 // inbox.ErrPermanent (dead-lettered at once); a database error is returned as it is,
@@ -65,7 +65,7 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope)
 	return store.Reserve(ctx, tx, rs)
 }
 
-// cancelled releases (deletes) the order's reservations when the event's version wins.
+// cancelled releases the order's reservations (marks them released) when the event's version wins.
 func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderCancelled
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
