@@ -56,7 +56,7 @@ func TestUnroutableMessageIsKept(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 
 	msg := Message{RoutingKey: "nobody.listens.v1", MessageID: "m-1", Type: "nobody.listens.v1", Body: []byte(`{}`)}
-	if err := pub.PublishOne(t.Context(), msg, 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), []Message{msg}, 5*time.Second); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	d := getOne(t, rawChannel(t), topo.UnroutableQueue, 5*time.Second)
@@ -166,7 +166,7 @@ func TestPublishBatchStopsAtReturnedMessage(t *testing.T) {
 	if !errors.As(err, &pubErr) || pubErr.MessageID != "lost" {
 		t.Fatalf("err %v does not name the returned message", err)
 	}
-	if err := pub.PublishOne(t.Context(), msgs[3], 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), msgs[3:4], 5*time.Second); err != nil {
 		t.Fatalf("next publish: %v", err)
 	}
 }
@@ -194,7 +194,7 @@ func TestPublisherRecoversAfterConnectionLoss(t *testing.T) {
 	conn := dialTest(t, topo)
 	pub := NewPublisher(conn, topo.Exchange)
 	t.Cleanup(func() { _ = pub.Close() })
-	if err := pub.PublishOne(t.Context(), messages(1, "before")[0], 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), messages(1, "before"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if conn.Ready() != nil {

@@ -71,7 +71,7 @@ func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Messag
 		conns[i] = c
 		pubs[i] = amqp.NewPublisher(c, contracts.Exchange)
 		// Open the channel before the clock starts.
-		if err := pubs[i].PublishOne(ctx, msgs[i], 10*time.Second); err != nil {
+		if _, err := pubs[i].PublishBatch(ctx, msgs[i:i+1], 10*time.Second); err != nil {
 			return 0, fmt.Errorf("warm-up publish: %w", err)
 		}
 	}

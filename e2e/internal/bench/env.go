@@ -49,9 +49,17 @@ const (
 // they are all created in one rabbitmqctl call (each call costs seconds) and
 // deleted in one.
 func vhostPurposes(s Sizes) []string {
-	p := []string{"broker-1", "broker-n", "relay-one", "relay-pipelined", "consumer-default", "consumer-tuned", "latency-notify", "latency-poll"}
+	p := []string{"broker-1", "broker-n", "relay-one", "consumer-default", "consumer-tuned", "latency-notify", "latency-poll"}
+	for _, procs := range relayProcesses {
+		for _, parts := range relayPartitions {
+			p = append(p, relayVhost(parts, procs))
+		}
+	}
 	for i := range s.GrowthRows {
 		p = append(p, fmt.Sprintf("growth-relay-%d", i), fmt.Sprintf("growth-consumer-%d", i))
+	}
+	for i := range s.MaxRates {
+		p = append(p, fmt.Sprintf("max-rate-%d", i))
 	}
 	return p
 }

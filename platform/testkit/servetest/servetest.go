@@ -142,9 +142,9 @@ func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
 	defer func() { _ = conn.Close() }()
 	pub := amqp.NewPublisher(conn, topo.Exchange)
 	defer func() { _ = pub.Close() }()
-	err = pub.PublishOne(ctx, amqp.Message{
+	_, err = pub.PublishBatch(ctx, []amqp.Message{{
 		RoutingKey: env.EventName, Type: env.EventName, MessageID: env.EventID.String(), Body: body,
-	}, 10*time.Second)
+	}}, 10*time.Second)
 	if err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
 	}

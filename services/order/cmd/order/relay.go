@@ -30,15 +30,16 @@ import (
 //	ORDER_DATABASE_URL     PostgreSQL URL of the order database (default postgres://postgres@localhost:5432/orders?sslmode=disable)
 //	AMQP_URL               RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR              address of /healthz, /readyz and /metrics (default :8084)
-//	RELAY_BATCH_SIZE       rows per batch (default 500)
+//	RELAY_PARTITIONS       outbox partitions, each led by one relay and published in order on its
+//	                       own; every relay of one database must use the same value (default 1)
+//	RELAY_BATCH_SIZE       rows per batch of one partition (default 500)
 //	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway; first wait after a failed batch (default 1s)
 //	RELAY_MAX_BACKOFF      cap of the doubling wait between attempts after failed batches (default 10s)
 //	RELAY_CONFIRM_TIMEOUT  bound on publishing one batch, confirms included (default 5s)
 //	RELAY_STALL_TIMEOUT    a leader failing to publish for this long makes /readyz answer 503 (default 15s)
-//	RELAY_MODE             pipelined (default) or one-at-a-time
-//	RELAY_LOCK_RETRY       how often a standby tries to take the leader lock (default 1s)
-//	RELAY_LOCK_TIMEOUT     idle_session_timeout of the leader's lock session: a frozen leader loses the lock after it (default 5s)
-//	RELAY_LOCK_KEEPALIVE   how often the leader pings its lock session; at most half of RELAY_LOCK_TIMEOUT (default 1s)
+//	RELAY_LOCK_RETRY       how often a relay looks at who leads which partition: takes free ones, gives extra back (default 1s)
+//	RELAY_LOCK_TIMEOUT     idle_session_timeout of the relay's lock session: a frozen relay loses its partitions after it (default 5s)
+//	RELAY_LOCK_KEEPALIVE   how often the relay talks to its lock session at the least; at most half of RELAY_LOCK_TIMEOUT (default 1s)
 //	RELAY_DECLARE_QUEUES   also declare the consumers' queues (default true); false declares
 //	                       only the exchanges and the unroutable queue, for a broker user that
 //	                       may not read the consumers' queues (deploy/rabbitmq/definitions.json)
@@ -65,6 +66,7 @@ func loadRelayConfig(env *config.Env) relayConfig {
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
 		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
+			Partitions:     env.PositiveInt("RELAY_PARTITIONS", outbox.DefaultPartitions),
 			BatchSize:      env.PositiveInt("RELAY_BATCH_SIZE", outbox.DefaultBatchSize),
 			PollInterval:   env.PositiveDuration("RELAY_POLL_INTERVAL", outbox.DefaultPollInterval),
 			MaxBackoff:     env.PositiveDuration("RELAY_MAX_BACKOFF", outbox.DefaultMaxBackoff),
@@ -75,12 +77,9 @@ func loadRelayConfig(env *config.Env) relayConfig {
 			LockKeepalive:  env.PositiveDuration("RELAY_LOCK_KEEPALIVE", outbox.DefaultLockKeepalive),
 		},
 	}
-	rawMode := env.String("RELAY_MODE", outbox.Pipelined.String())
-	mode, err := outbox.ParseMode(rawMode)
-	if err != nil {
-		env.Errorf("RELAY_MODE", "%q is not one of pipelined, one-at-a-time", rawMode)
+	if c.Relay.Partitions > outbox.MaxPartitions {
+		env.Errorf("RELAY_PARTITIONS", "%d is more than %d", c.Relay.Partitions, outbox.MaxPartitions)
 	}
-	c.Relay.Mode = mode
 	if 2*c.Relay.LockKeepalive > c.Relay.LockTimeout {
 		env.Errorf("RELAY_LOCK_KEEPALIVE", "%v is more than half of RELAY_LOCK_TIMEOUT (%v)", c.Relay.LockKeepalive, c.Relay.LockTimeout)
 	}
@@ -94,12 +93,12 @@ func (c relayConfig) LogValue() slog.Value {
 		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.Int("partitions", c.Relay.Partitions),
 		slog.Int("batch_size", c.Relay.BatchSize),
 		slog.Duration("poll_interval", c.Relay.PollInterval),
 		slog.Duration("max_backoff", c.Relay.MaxBackoff),
 		slog.Duration("confirm_timeout", c.Relay.ConfirmTimeout),
 		slog.Duration("stall_timeout", c.Relay.StallTimeout),
-		slog.String("mode", c.Relay.Mode.String()),
 		slog.Duration("lock_retry", c.Relay.LockRetry),
 		slog.Duration("lock_timeout", c.Relay.LockTimeout),
 		slog.Duration("lock_keepalive", c.Relay.LockKeepalive),
@@ -109,12 +108,14 @@ func (c relayConfig) LogValue() slog.Value {
 // runRelay runs the outbox relay (docs/architecture.md, flow step 3) until
 // ctx ends: config, logger, HTTP server (/healthz, /readyz, /metrics),
 // database pool (waited for with pg.WaitPool), broker connection (dialled
-// with backoff; it declares the topology), then the relay, which leads or
-// stands by behind the advisory lock. /readyz checks PostgreSQL, the broker
+// with backoff; it declares the topology), then the relay, which leads its
+// share of the outbox partitions (RELAY_PARTITIONS), each published on a
+// channel of its own, or stands by. /readyz checks PostgreSQL, the broker
 // connection and the relay, and answers 503 until both are connected, and
-// while a leader has not been able to publish for RELAY_STALL_TIMEOUT
-// (outbox.Relay.Ready); a standby relay is ready too (relay_leader tells
-// them apart). On ctx's end the batch in hand is finished or rolled back, then
+// while a partition it leads has not been able to publish for
+// RELAY_STALL_TIMEOUT (outbox.Relay.Ready); a relay leading nothing is ready
+// too (relay_partition_leader tells them apart). On ctx's end the batches in
+// hand are finished or rolled back, then
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
 func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
@@ -172,10 +173,9 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		}
 		defer func() { _ = conn.Close() }()
 		broker.Store(conn)
-		pub := amqp.NewPublisher(conn, topo.Exchange)
-		defer func() { _ = pub.Close() }()
-
-		r, err := outbox.NewRelay(pool, pub, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
+		// One publisher (one channel) per partition led; the relay closes it.
+		newPublisher := func() outbox.Publisher { return amqp.NewPublisher(conn, topo.Exchange) }
+		r, err := outbox.NewRelay(pool, newPublisher, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,10 @@ const (
 // shut down; a *cli.UsageError for a command line that cannot run. Each
 // subcommand reads its own configuration (config.go, relay.go).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var olderThan time.Duration
+	var (
+		olderThan time.Duration
+		replay    replayFlags
+	)
 	return cli.Program{
 		Name:    service,
 		Summary: "the order service: orders over HTTP, their events through the outbox and its relay",
@@ -74,6 +77,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Env: func(env *config.Env) { loadPurgeConfig(env) },
 			Run: func(ctx context.Context, _ []string) error {
 				return runPurgeOutbox(ctx, olderThan, getenv, stdout, stderr)
+			},
+		}, {
+			Name:    "replay-outbox",
+			Summary: "put published outbox rows of a period back in line for the relay (docs/architecture.md, rule 5)",
+			Flags:   replay.declare,
+			Env:     func(env *config.Env) { loadReplayConfig(env) },
+			Run: func(ctx context.Context, _ []string) error {
+				return runReplayOutbox(ctx, replay, getenv, stdout, stderr)
 			},
 		}},
 	}.Run(ctx, args, stdout)

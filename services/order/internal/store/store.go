@@ -141,6 +141,7 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as
+// aggregate key (so the relay keeps one order's events in order) and as
 // correlation id.
 func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
 	for _, e := range o.Events() {
@@ -148,7 +149,7 @@ func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) erro
 		if err != nil {
 			return err
 		}
-		if _, err := s.outbox.Write(ctx, tx, name, o.ID().String(), payload); err != nil {
+		if _, err := s.outbox.Write(ctx, tx, name, o.ID().String(), o.ID().String(), payload); err != nil {
 			return err
 		}
 	}

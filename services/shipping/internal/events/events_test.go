@@ -191,7 +191,7 @@ func (r *rig) publish(t *testing.T, env contracts.Envelope) {
 		t.Fatal(err)
 	}
 	msg := amqp.Message{RoutingKey: env.EventName, MessageID: env.EventID.String(), Type: env.EventName, Body: body}
-	if err := r.pub.PublishOne(testkit.Context(t), msg, waitFor); err != nil {
+	if _, err := r.pub.PublishBatch(testkit.Context(t), []amqp.Message{msg}, waitFor); err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
 	}
 }

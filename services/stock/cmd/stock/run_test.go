@@ -28,14 +28,14 @@ func env(vars map[string]string) func(string) string {
 }
 
 // reservations reads GET /reservations of orderID until it lists want reservations,
-// failing t after 60 s (a hang guard).
-func reservations(t *testing.T, base string, orderID uuid.UUID, want int) []map[string]string {
+// each with status, failing t after 60 s (a hang guard).
+func reservations(t *testing.T, base string, orderID uuid.UUID, want int, status string) []map[string]string {
 	t.Helper()
 	var list []map[string]string
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		servetest.GetJSON(t, base+"/reservations?order_id="+orderID.String(), http.StatusOK, &list)
-		if len(list) == want {
+		if len(list) == want && (want == 0 || list[0]["status"] == status) {
 			return list
 		}
 		if time.Now().After(deadline) {
@@ -63,14 +63,14 @@ func TestServe(t *testing.T) {
 				"STOCK_INBOX_GROUP":  group,
 				"STOCK_RETRY_DELAYS": "50ms,100ms",
 			}
-			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":5}`) {
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
 				t.Errorf("migrate said %q", out)
 			}
 			srv := servetest.Start(t, run, "stock", vars)
 
 			placed, p := servetest.Placed(t, "2.000")
 			servetest.Publish(t, amqpURL, placed)
-			list := reservations(t, srv.URL, p.OrderID, 1)
+			list := reservations(t, srv.URL, p.OrderID, 1, "held")
 			if list[0]["quantity"] != "2.000" || list[0]["order_id"] != p.OrderID.String() {
 				t.Fatalf("reservations = %v, want one of 2.000 for order %s", list, p.OrderID)
 			}
@@ -80,7 +80,7 @@ func TestServe(t *testing.T) {
 				t.Fatal(err)
 			}
 			servetest.Publish(t, amqpURL, cancelled)
-			reservations(t, srv.URL, p.OrderID, 0)
+			reservations(t, srv.URL, p.OrderID, 1, "released")
 
 			_, m := servetest.Get(t, srv.URL+"/metrics")
 			for _, want := range []string{`inbox_processed_total{consumer="stock"} 2`,
@@ -155,7 +155,7 @@ func TestMigrate(t *testing.T) {
 	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
 	got := servetest.Migrate(t, run, "stock", vars)
 	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","version":1,`,
-		`"version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":5}`} {
+		`"version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":6}`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("first migrate logged %s, want %s", got, want)
 		}
