@@ -13,7 +13,7 @@ import (
 // commands lists each binary's subcommands with a variable each one reads (DESIGN's
 // public contract).
 var commands = map[string]map[string]string{
-	"order":    {"serve": "ORDER_DATABASE_URL", "relay": "RELAY_BATCH_SIZE", "migrate": "ORDER_DATABASE_URL", "purge-outbox": "ORDER_DATABASE_URL"},
+	"order":    {"serve": "ORDER_DATABASE_URL", "relay": "RELAY_BATCH_SIZE", "migrate": "ORDER_DATABASE_URL", "purge-outbox": "ORDER_DATABASE_URL", "replay-outbox": "OUTBOX_REPLAY_HORIZON"},
 	"stock":    {"serve": "STOCK_WORKERS", "migrate": "STOCK_DATABASE_URL", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL"},
 	"shipping": {"serve": "SHIPPING_WORKERS", "migrate": "SHIPPING_DATABASE_URL", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL"},
 	"auditor":  {"serve": "AUDIT_INTERVAL"},
