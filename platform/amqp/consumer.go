@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/platform/backoff"
+	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 )
 
@@ -497,8 +498,6 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	attempt := attemptOf(d.Headers[c.cfg.AttemptHeader])
 	ctx, span := c.startProcess(ctx, d)
 	defer span.End()
-	log := c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
-
 	c.metrics.inFlight.Inc()
 	start := time.Now()
 	err := c.call(ctx, Delivery{
@@ -513,11 +512,25 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		span.SetStatus(codes.Error, err.Error())
 	}
 
-	switch {
-	case err == nil:
+	if err == nil {
 		c.metrics.processed.Inc()
 		c.acked.Add(1)
-		settle(ctx, log, "ack", d.Ack(false))
+		if aerr := d.Ack(false); aerr != nil {
+			settle(ctx, c.deliveryLogger(d, attempt), "ack", aerr)
+		}
+		return nil
+	}
+	// Built only off the success path: a logger With attributes costs
+	// allocations and encoding on every delivery.
+	log := c.deliveryLogger(d, attempt)
+	if attrs := logging.ErrorAttrs(err); len(attrs) > 0 {
+		args := make([]any, len(attrs))
+		for i, a := range attrs {
+			args[i] = a
+		}
+		log = log.With(args...)
+	}
+	switch {
 	case errors.Is(err, ErrUnavailable):
 		log.WarnContext(ctx, "dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
 		return err
@@ -550,6 +563,11 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		settle(ctx, log, "ack", d.Ack(false))
 	}
 	return nil
+}
+
+// deliveryLogger is the consumer's logger with d's message_id, type and attempt.
+func (c *Consumer) deliveryLogger(d *amqp091.Delivery, attempt int) *slog.Logger {
+	return c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
 }
 
 // call runs the handler, turning a panic into an ordinary (retried) error.

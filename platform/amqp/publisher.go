@@ -44,6 +44,10 @@ var (
 	ErrConfirmTimeout = errors.New("no confirm before the timeout")
 )
 
+// errPastDeadline stops a publish's sender that finds the call's deadline
+// passed before it sends the next message.
+var errPastDeadline = errors.New("the publish deadline passed before the message was sent")
+
 // PublishError names the first message of a batch that was not confirmed.
 // Err is ErrNacked, ErrReturned, ErrConfirmTimeout or ErrBlocked (wrapped;
 // a timeout during a block wraps both), a channel or connection error, or
@@ -140,14 +144,6 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTim
 			Body:          m.Body,
 		}
 	}, confirmTimeout)
-}
-
-// PublishOne publishes msg and waits for its confirm: one round trip per
-// message, the slow baseline that PublishBatch pipelines away. Errors are
-// those of PublishBatch.
-func (p *Publisher) PublishOne(ctx context.Context, msg Message, confirmTimeout time.Duration) error {
-	_, err := p.PublishBatch(ctx, []Message{msg}, confirmTimeout)
-	return err
 }
 
 // publishRaw publishes one prepared message to key and waits for its
@@ -262,6 +258,13 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 	// clears; the wait below never outlasts callCtx. Once this call has
 	// returned the sender sends nothing more, and its last write ends when
 	// the broker reads again or the connection closes.
+	//
+	// The sender also reads the clock before each message: a process that
+	// was frozen (SIGSTOP, a stalled VM) and wakes past the call's deadline
+	// sends nothing more, even before the wait below has noticed the
+	// deadline. A caller can rely on it: no message of this call leaves
+	// after its deadline (a relay's batch, docs/architecture.md, rule 2).
+	deadline, bounded := callCtx.Deadline()
 	sent := make(chan *amqp091.DeferredConfirmation, n)
 	var (
 		stop    atomic.Bool
@@ -272,6 +275,10 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 		defer close(sent)
 		for i := range n {
 			if stop.Load() {
+				return
+			}
+			if bounded && !time.Now().Before(deadline) {
+				sendErr = errPastDeadline
 				return
 			}
 			key, msg := at(i)
@@ -299,6 +306,9 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 			select {
 			case d, ok := <-next:
 				if !ok {
+					if sendErr == errPastDeadline {
+						return fail(i, ended(ErrConfirmTimeout))
+					}
 					return fail(i, p.closedErr(sendErr))
 				}
 				dc, next, confirmed = d, nil, d.Done()

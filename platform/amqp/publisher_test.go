@@ -2,11 +2,13 @@ package amqp
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit"
 )
 
@@ -54,7 +56,7 @@ func TestUnroutableMessageIsKept(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 
 	msg := Message{RoutingKey: "nobody.listens.v1", MessageID: "m-1", Type: "nobody.listens.v1", Body: []byte(`{}`)}
-	if err := pub.PublishOne(t.Context(), msg, 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), []Message{msg}, 5*time.Second); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	d := getOne(t, rawChannel(t), topo.UnroutableQueue, 5*time.Second)
@@ -164,7 +166,7 @@ func TestPublishBatchStopsAtReturnedMessage(t *testing.T) {
 	if !errors.As(err, &pubErr) || pubErr.MessageID != "lost" {
 		t.Fatalf("err %v does not name the returned message", err)
 	}
-	if err := pub.PublishOne(t.Context(), msgs[3], 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), msgs[3:4], 5*time.Second); err != nil {
 		t.Fatalf("next publish: %v", err)
 	}
 }
@@ -192,7 +194,7 @@ func TestPublisherRecoversAfterConnectionLoss(t *testing.T) {
 	conn := dialTest(t, topo)
 	pub := NewPublisher(conn, topo.Exchange)
 	t.Cleanup(func() { _ = pub.Close() })
-	if err := pub.PublishOne(t.Context(), messages(1, "before")[0], 5*time.Second); err != nil {
+	if _, err := pub.PublishBatch(t.Context(), messages(1, "before"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if conn.Ready() != nil {
@@ -234,15 +236,34 @@ func TestChannelWaitsForContext(t *testing.T) {
 	}
 }
 
-func TestDefaultTopologyDeclares(t *testing.T) {
+// TestEventTopologyDeclares: the contract's exchanges and every consumer's queue, with
+// and without retry queues, declare on a fresh vhost.
+func TestEventTopologyDeclares(t *testing.T) {
 	t.Parallel()
 	url := testkit.NewVhost(t)
-	conn, err := DialOptions(t.Context(), url, DefaultTopology(), testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
+	var queues []QueueSpec
+	for n, c := range contracts.Consumers() {
+		queues = append(queues, ConsumerQueue(c, DefaultRetryDelays()[:n]))
+	}
+	conn, err := DialOptions(t.Context(), url, EventTopology(queues...), testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
 	defer conn.Close()
 	if err := conn.Ready(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestParseRetryDelays(t *testing.T) {
+	t.Parallel()
+	got, err := ParseRetryDelays("50ms, 2s,1m")
+	if err != nil || fmt.Sprint(got) != "[50ms 2s 1m0s]" {
+		t.Errorf("ParseRetryDelays = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "1s,", "soon", "0s", "1.5ms", "-1s", "500us"} {
+		if got, err := ParseRetryDelays(bad); err == nil {
+			t.Errorf("ParseRetryDelays(%q) = %v, want an error", bad, got)
+		}
 	}
 }

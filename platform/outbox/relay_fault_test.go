@@ -42,7 +42,8 @@ func TestRelayRetriesOnlyTheFailingRowWhileAQueueRefuses(t *testing.T) {
 	stuck := order[1]
 	logger, logs := testkit.Logger(t)
 	reg := prometheus.NewRegistry()
-	r, err := NewRelay(pool, newPublisher(t, topo), fastConfig(), logger, reg)
+	pub := newPublisher(t, topo)
+	r, err := NewRelay(pool, func() Publisher { return pub }, fastConfig(), logger, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,15 +104,15 @@ func TestRelayRecordsAFailureWhenTheBatchTransactionExpired(t *testing.T) {
 	t.Parallel()
 	pool := newOutboxDB(t)
 	topo := testTopology(t)
-	pub := newPublisher(t, topo)
 	refusing := refusingQueue(t, topo.Exchange, true)
 	id := insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, "expired")
 	cfg := fastConfig()
 	cfg.StallTimeout = 300 * time.Millisecond
-	r := newTestRelay(t, pool, pub, cfg)
 	var ended atomic.Int32
 	var healed atomic.Bool
-	r.afterPublish = func(int) {
+	pub := &hookedPublisher{Publisher: newPublisher(t, topo)}
+	r := newTestRelay(t, pool, pub, cfg)
+	pub.after = func(int) {
 		if healed.Load() {
 			return
 		}
@@ -170,7 +171,7 @@ func TestRelayRecordsWhyTheBrokerIsUnreachable(t *testing.T) {
 	cfg := fastConfig()
 	cfg.ConfirmTimeout = 300 * time.Millisecond
 	reg := prometheus.NewRegistry()
-	r, err := NewRelay(pool, pub, cfg, testLogger(t), reg, WithBrokerStatus(conn.Ready))
+	r, err := NewRelay(pool, func() Publisher { return pub }, cfg, testLogger(t), reg, WithBrokerStatus(conn.Ready))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,14 +151,56 @@ type testRelay struct {
 	reg *prometheus.Registry
 }
 
-func newTestRelay(t testing.TB, pool *pgxpool.Pool, pub *amqp.Publisher, cfg RelayConfig) testRelay {
+// newTestRelay returns a relay publishing every partition it leads
+// through pub.
+func newTestRelay(t testing.TB, pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) testRelay {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	r, err := NewRelay(pool, pub, cfg, testLogger(t), reg)
+	r, err := NewRelay(pool, func() Publisher { return pub }, cfg, testLogger(t), reg)
 	if err != nil {
 		t.Fatalf("new relay: %v", err)
 	}
 	return testRelay{Relay: r, reg: reg}
+}
+
+// hookedPublisher calls before with the size of each batch before
+// publishing it, and after with its confirmed count once it is published,
+// before the relay marks the rows.
+type hookedPublisher struct {
+	Publisher
+	before func(n int)
+	after  func(confirmed int)
+}
+
+func (h *hookedPublisher) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
+	if h.before != nil {
+		h.before(len(msgs))
+	}
+	confirmed, err := h.Publisher.PublishBatch(ctx, msgs, confirmTimeout)
+	if h.after != nil {
+		h.after(confirmed)
+	}
+	return confirmed, err
+}
+
+// oneAtATime publishes each message of a batch alone and waits for its
+// confirm before the next: the slow baseline that pipelining replaces,
+// for the benchmark. confirmTimeout bounds the whole batch; when it is
+// spent the batch ends early without an error.
+type oneAtATime struct{ Publisher }
+
+func (o oneAtATime) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
+	deadline := time.Now().Add(confirmTimeout)
+	for i := range msgs {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return i, nil
+		}
+		if _, err := o.Publisher.PublishBatch(ctx, msgs[i:i+1], left); err != nil {
+			return i, err
+		}
+	}
+	return len(msgs), nil
 }
 
 // start runs r until the returned stop function is called (also at
@@ -204,7 +246,8 @@ type execer interface {
 }
 
 // insertEvent writes one outbox row for an order.order.placed.v1 envelope
-// with the given correlation id, routed with key, and returns its id.
+// with the given correlation id, routed with key, and returns its id. The
+// row has no aggregate key: all such rows form one sequence (partition 0).
 func insertEvent(t testing.TB, ctx context.Context, db execer, key, correlationID string) string {
 	t.Helper()
 	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, correlationID, contracts.OrderPlaced{

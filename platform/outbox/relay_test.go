@@ -160,7 +160,10 @@ func TestRelayMessageCarriesEnvelopeAndProperties(t *testing.T) {
 	}
 }
 
-func TestRelayCrashBeforeCommitRepublishes(t *testing.T) {
+// The batch's transaction dies after the broker confirmed the batch and
+// before it commits (as when the relay crashes there): nothing is marked,
+// and the batch is published again: duplicates, nothing lost, in order.
+func TestRelayFailureBeforeCommitRepublishes(t *testing.T) {
 	t.Parallel()
 	pool := newOutboxDB(t)
 	topo := testTopology(t)
@@ -170,35 +173,27 @@ func TestRelayCrashBeforeCommitRepublishes(t *testing.T) {
 		insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, fmt.Sprint(i))
 	}
 
-	// The first relay dies after the broker confirmed the batch and before
-	// its transaction commits.
-	crashing := newTestRelay(t, pool, newPublisher(t, topo), fastConfig())
-	crashing.afterPublish = func(confirmed int) {
-		if confirmed != n {
-			t.Errorf("confirmed %d of %d before the crash", confirmed, n)
+	var killed atomic.Bool
+	pub := &hookedPublisher{Publisher: newPublisher(t, topo), after: func(confirmed int) {
+		if killed.Swap(true) {
+			return
 		}
-		panic("crash between confirm and commit")
-	}
-	func() {
-		defer func() {
-			if p := recover(); p == nil {
-				t.Fatal("relay did not crash")
-			}
-		}()
-		_ = crashing.Run(t.Context())
-	}()
+		if confirmed != n {
+			t.Errorf("confirmed %d of %d before the failure", confirmed, n)
+		}
+		if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()`); err != nil {
+			t.Errorf("end the batch transaction: %v", err)
+		}
+	}}
+	start(t, newTestRelay(t, pool, pub, fastConfig()))
 	first := receive(t, in, n)
-	if u := countUnpublished(t, pool); u != n {
-		t.Fatalf("%d rows unpublished after the crash, want all %d", u, n)
-	}
-
-	// The next relay publishes them again: duplicates, nothing lost.
-	start(t, newTestRelay(t, pool, newPublisher(t, topo), fastConfig()))
 	second := receive(t, in, n)
 	eventually(t, "all rows marked", func() bool { return countUnpublished(t, pool) == 0 })
+	want := orderedIDs(t, pool)
 	for i := range n {
-		if first[i].MessageId != second[i].MessageId {
-			t.Fatalf("republished message %d is %s, want %s", i, second[i].MessageId, first[i].MessageId)
+		if first[i].MessageId != want[i] || second[i].MessageId != want[i] {
+			t.Fatalf("message %d: %s then %s, want %s both times", i, first[i].MessageId, second[i].MessageId, want[i])
 		}
 	}
 }
@@ -346,9 +341,9 @@ func TestRelayLosingItsLockConnectionStepsDown(t *testing.T) {
 
 	var killed bool
 	if err := pool.QueryRow(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND granted AND objid = ($1::bigint & x'ffffffff'::bigint)::oid
+		WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::bigint::oid AND objid = 0
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		a.cfg.LockKey).Scan(&killed); err != nil || !killed {
+		int64(a.keys.lead)).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate a's lock session: %v %v", killed, err)
 	}
 	eventually(t, "a steps down", func() bool { return !a.Leader() })
@@ -419,8 +414,8 @@ func TestRelayWakesUpOnNotify(t *testing.T) {
 	cfg := fastConfig()
 	cfg.PollInterval = time.Hour // only NOTIFY can wake it
 	var batches atomic.Int32
-	r := newTestRelay(t, pool, newPublisher(t, topo), cfg)
-	r.beforePublish = func(int) { batches.Add(1) }
+	pub := &hookedPublisher{Publisher: newPublisher(t, topo), before: func(int) { batches.Add(1) }}
+	r := newTestRelay(t, pool, pub, cfg)
 	start(t, r)
 	eventually(t, "relay leads", r.Leader)
 	time.Sleep(100 * time.Millisecond) // its first, empty batch is done; it sleeps now
@@ -451,10 +446,9 @@ func TestRelayShutdownMarksOnlyConfirmedRows(t *testing.T) {
 		// Stop the relay while its third batch is being published.
 		cfg := fastConfig()
 		cfg.BatchSize = 200
-		r := newTestRelay(t, pool, newPublisher(t, topo), cfg)
 		ctx, cancel := context.WithCancel(t.Context())
 		var calls atomic.Int32
-		r.beforePublish = func(int) {
+		pub := &hookedPublisher{Publisher: newPublisher(t, topo), before: func(int) {
 			if calls.Add(1) == 3 {
 				if delay == 0 {
 					cancel()
@@ -462,7 +456,8 @@ func TestRelayShutdownMarksOnlyConfirmedRows(t *testing.T) {
 					time.AfterFunc(delay, cancel)
 				}
 			}
-		}
+		}}
+		r := newTestRelay(t, pool, pub, cfg)
 		if err := r.Run(ctx); err != nil {
 			t.Fatalf("round %d: run: %v", round, err)
 		}
@@ -504,16 +499,16 @@ func TestNewRelayConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := RelayConfig{
-		BatchSize: DefaultBatchSize, PollInterval: DefaultPollInterval, ConfirmTimeout: DefaultConfirmTimeout,
-		Mode: Pipelined, LockKey: DefaultLockKey, LockRetry: DefaultLockRetry, StatsInterval: DefaultStatsInterval,
+		Partitions: 1, BatchSize: DefaultBatchSize, PollInterval: DefaultPollInterval, ConfirmTimeout: DefaultConfirmTimeout,
+		LockKey: DefaultLockKey, LockRetry: DefaultLockRetry, StatsInterval: DefaultStatsInterval,
 		LockTimeout: DefaultLockTimeout, LockKeepalive: DefaultLockKeepalive, MaxBackoff: DefaultMaxBackoff,
 		StallTimeout: DefaultStallTimeout,
 	}
 	if !reflect.DeepEqual(r.cfg, want) {
 		t.Fatalf("defaults %+v, want %+v", r.cfg, want)
 	}
-	_, err = NewRelay(nil, nil, RelayConfig{BatchSize: -1, ConfirmTimeout: -time.Second, Mode: 7}, nil, prometheus.NewRegistry())
-	for _, s := range []string{"BatchSize", "ConfirmTimeout", "Mode(7)"} {
+	_, err = NewRelay(nil, nil, RelayConfig{BatchSize: -1, ConfirmTimeout: -time.Second, Partitions: MaxPartitions + 1}, nil, prometheus.NewRegistry())
+	for _, s := range []string{"BatchSize", "ConfirmTimeout", "Partitions"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Fatalf("err %v does not name %s", err, s)
 		}
@@ -528,18 +523,5 @@ func TestNewRelayConfig(t *testing.T) {
 	}
 	if _, err := NewRelay(nil, nil, RelayConfig{}, nil, reg); err == nil {
 		t.Fatal("second relay on one registry: no error")
-	}
-}
-
-func TestParseMode(t *testing.T) {
-	t.Parallel()
-	for _, m := range []Mode{Pipelined, OneAtATime} {
-		got, err := ParseMode(m.String())
-		if err != nil || got != m {
-			t.Fatalf("ParseMode(%q) = %v, %v", m.String(), got, err)
-		}
-	}
-	if _, err := ParseMode("fast"); err == nil || !strings.Contains(err.Error(), "one-at-a-time") {
-		t.Fatalf("ParseMode(fast) error %v", err)
 	}
 }

@@ -20,15 +20,16 @@ const tracerName = "example.com/shop/platform/outbox"
 // its batch.
 var errNotConfirmed = errors.New("not confirmed: an earlier message of the batch failed")
 
-// startSends starts one PRODUCER span "send <exchange>" per message, each a
-// child of the trace context stored with its row (a root span when there is
-// none), with the OpenTelemetry messaging attributes, and writes the span's
-// traceparent and tracestate into the message's headers, so that consumers
-// continue the trace (docs/architecture.md, "Tracing"). A span that is not
+// startSends starts one PRODUCER span "send <exchange>" per message of a
+// batch published to exchange, each a child of the trace context stored with
+// its row (a root span when there is none), with the OpenTelemetry messaging
+// attributes, and writes the span's traceparent and tracestate into the
+// message's headers, so that consumers continue the trace (docs/architecture.md, "Tracing"). A span that is not
 // recorded (no exporter, or not sampled) gets no attributes and leaves the
 // stored context in the headers as it is: tracing off costs next to nothing.
-func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Span {
+func (r *Relay) startSends(ctx context.Context, exchange string, msgs []amqp.Message) []trace.Span {
 	spans := make([]trace.Span, len(msgs))
+	name := "send " + exchange
 	prop := propagation.TraceContext{}
 	for i := range msgs {
 		m := &msgs[i]
@@ -37,13 +38,13 @@ func (r *Relay) startSends(ctx context.Context, msgs []amqp.Message) []trace.Spa
 		if _, ok := m.Headers["traceparent"]; ok {
 			parent = prop.Extract(ctx, carrier)
 		}
-		sctx, span := r.tracer.Start(parent, r.sendSpanName, trace.WithSpanKind(trace.SpanKindProducer))
+		sctx, span := r.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindProducer))
 		if span.IsRecording() {
 			span.SetAttributes(
 				semconv.MessagingSystemRabbitMQ,
 				semconv.MessagingOperationTypeSend,
 				semconv.MessagingOperationName("send"),
-				semconv.MessagingDestinationName(r.pub.Exchange()),
+				semconv.MessagingDestinationName(exchange),
 				semconv.MessagingRabbitMQDestinationRoutingKey(m.RoutingKey),
 				semconv.MessagingMessageID(m.MessageID),
 			)

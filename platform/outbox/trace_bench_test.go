@@ -52,13 +52,12 @@ func BenchmarkMessageTracing(b *testing.B) {
 		{"on", sdk, traced},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			r := &Relay{tracer: c.tp.Tracer(tracerName), sendSpanName: "send app.events", logger: testLogger(b),
-				pub: amqp.NewPublisher(nil, contracts.Exchange)}
+			r := &Relay{tracer: c.tp.Tracer(tracerName), logger: testLogger(b)}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
 				msgs := []amqp.Message{message(c.r)}
-				spans := r.startSends(ctx, msgs)
+				spans := r.startSends(ctx, contracts.Exchange, msgs)
 				r.endSends(ctx, spans, msgs, 1, nil)
 			}
 		})

@@ -33,8 +33,9 @@ func writeTraced(t *testing.T, ctx context.Context, pool pg.TxBeginner) contract
 	w := NewWriter(v, contracts.ProducerOrder)
 	var env contracts.Envelope
 	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		env, err = w.Write(ctx, tx, contracts.EventOrderPlaced, "corr-7", contracts.OrderPlaced{
-			OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+		orderID := uuid.New()
+		env, err = w.Write(ctx, tx, contracts.EventOrderPlaced, orderID.String(), "corr-7", contracts.OrderPlaced{
+			OrderID: orderID, CustomerID: uuid.New(), Version: 2,
 			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}},
 		})
 		return err
@@ -70,7 +71,8 @@ func TestRelayPublishesACloudEventInTheWritersTrace(t *testing.T) {
 		t.Fatalf("stored traceparent %q, want the writer's span %q", stored, want)
 	}
 
-	r, err := NewRelay(pool, newPublisher(t, topo), fastConfig(), testLogger(t), prometheus.NewRegistry(), WithTracerProvider(tp))
+	pub := newPublisher(t, topo)
+	r, err := NewRelay(pool, func() Publisher { return pub }, fastConfig(), testLogger(t), prometheus.NewRegistry(), WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,8 @@ func TestRelayPropagatesWithoutExporting(t *testing.T) {
 	writeTraced(t, ctx, pool)
 	writeTraced(t, t.Context(), pool) // not traced: no column, no header
 
-	r, err := NewRelay(pool, newPublisher(t, topo), fastConfig(), testLogger(t), prometheus.NewRegistry(), WithTracerProvider(tracenoop.NewTracerProvider()))
+	pub := newPublisher(t, topo)
+	r, err := NewRelay(pool, func() Publisher { return pub }, fastConfig(), testLogger(t), prometheus.NewRegistry(), WithTracerProvider(tracenoop.NewTracerProvider()))
 	if err != nil {
 		t.Fatal(err)
 	}

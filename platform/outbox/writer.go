@@ -5,6 +5,8 @@ package outbox
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -23,13 +25,12 @@ import (
 const NotifyChannel = "outbox_inserted"
 
 // Writer builds event envelopes, checks them against the contract schemas and
-// inserts them as outbox rows inside the caller's transaction (docs/architecture.md,
-// rule 1). A Writer is immutable and safe for concurrent use.
+// inserts them as outbox rows inside the caller's transaction
+// (docs/architecture.md, rule 1). A Writer is immutable and safe for concurrent use.
 type Writer struct {
 	validator *contracts.Validator
 	producer  string
 	now       func() time.Time
-	mutate    func(*contracts.Envelope)
 }
 
 // WriterOption configures a Writer built by NewWriter.
@@ -39,14 +40,6 @@ type WriterOption func(*Writer)
 // time.Now; occurred_at is that time truncated to milliseconds in UTC.
 func WithClock(now func() time.Time) WriterOption {
 	return func(w *Writer) { w.now = now }
-}
-
-// WithEnvelopeHook makes the Writer call hook on every envelope after it is
-// built and before it is validated. It exists for tests that corrupt an
-// envelope to prove that a schema failure rolls the whole transaction back;
-// production code never sets it.
-func WithEnvelopeHook(hook func(*contracts.Envelope)) WriterOption {
-	return func(w *Writer) { w.mutate = hook }
 }
 
 // NewWriter returns a Writer that validates with v and stamps producer (for
@@ -59,28 +52,42 @@ func NewWriter(v *contracts.Validator, producer string, opts ...WriterOption) *W
 	return w
 }
 
+// KeyHash is the stable hash of an aggregate key that decides its relay
+// partition (KeyHash(key) % RelayConfig.Partitions, docs/architecture.md,
+// rule 2): the first 32 bits of the key's MD5 as a non-negative int32, and 0
+// for the empty key. It equals the SQL function outbox_key_hash of the
+// outbox migration, and never changes: it is stored with the row.
+func KeyHash(key string) int32 {
+	if key == "" {
+		return 0
+	}
+	sum := md5.Sum([]byte(key))
+	return int32(binary.BigEndian.Uint32(sum[:4]) & 0x7fffffff)
+}
+
 // Write records one event in tx: it builds the envelope with
 // contracts.NewEnvelope (a fresh UUID v7 event_id, occurred_at at millisecond
 // precision, the Writer's producer, contracts.SchemaVersion, correlationID),
-// validates the marshalled envelope against the contract and inserts it into
-// outbox with id = event_id and routing_key = eventName. When ctx holds a span
-// context (traced or only propagated), its W3C Trace Context goes into the
-// row's trace_context column, so that the relay publishes the event in the same
-// trace (docs/architecture.md, "Tracing"); otherwise trace_context is NULL. The
-// statement-level trigger on outbox then notifies NotifyChannel when tx commits.
+// marshals it once, validates those bytes against the contract and inserts
+// the same bytes into outbox with id = event_id, routing_key = eventName,
+// aggregate_key = aggregateKey and key_hash = KeyHash(aggregateKey). The
+// relay keeps the events of one aggregateKey (the order id) in order
+// (docs/architecture.md, rule 2); an empty key puts the row in one sequence
+// with every other keyless row. When ctx holds a span context (traced or only
+// propagated), its W3C Trace Context goes into the row's trace_context column,
+// so that the relay publishes the event in the same trace (docs/architecture.md,
+// "Tracing"); otherwise trace_context is NULL. The statement-level trigger on
+// outbox then notifies NotifyChannel when tx commits.
 //
 // It returns the envelope written. On any error nothing is inserted and the
 // caller must roll tx back (pg.WithTx does so when its function returns the
 // error). A contract violation is returned wrapping the *contracts.ValidationError
 // that names the offending field, for example "payload.lines[0].quantity"; an
 // unknown eventName wraps contracts.ErrUnknownEvent.
-func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, correlationID string, payload any) (contracts.Envelope, error) {
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, correlationID string, payload any) (contracts.Envelope, error) {
 	env, err := contracts.NewEnvelope(eventName, w.producer, correlationID, payload, w.now())
 	if err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: build %s envelope: %w", eventName, err)
-	}
-	if w.mutate != nil {
-		w.mutate(&env)
 	}
 	body, err := json.Marshal(env)
 	if err != nil {
@@ -89,9 +96,11 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, correlationID 
 	if err := w.validator.Validate(body); err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: invalid %s envelope: %w", eventName, err)
 	}
+	// body goes to the jsonb column as it is ([]byte is sent as JSON text).
 	_, err = tx.Exec(ctx,
-		`INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, trace_context) VALUES ($1, $2, $3, $4, $5, $6)`,
-		env.EventID, env.EventName, env.EventName, string(body), env.OccurredAt, traceContext(ctx))
+		`INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, aggregate_key, key_hash, trace_context)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		env.EventID, env.EventName, env.EventName, body, env.OccurredAt, aggregateKey, KeyHash(aggregateKey), traceContext(ctx))
 	if err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: insert %s event %s: %w", eventName, env.EventID, err)
 	}

@@ -66,7 +66,7 @@ func TestWriteInsertsValidatedEnvelope(t *testing.T) {
 	var env contracts.Envelope
 	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		env, err = w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		env, err = w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload.OrderID.String(), payload)
 		return err
 	})
 	if err != nil {
@@ -134,7 +134,7 @@ func TestWriteInvalidPayloadRollsBackCallerTransaction(t *testing.T) {
 		if _, err := tx.Exec(ctx, `INSERT INTO business VALUES (1)`); err != nil {
 			return err
 		}
-		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload.OrderID.String(), payload)
 		return err
 	})
 	var verr *contracts.ValidationError
@@ -156,23 +156,72 @@ func TestWriteInvalidPayloadRollsBackCallerTransaction(t *testing.T) {
 	}
 }
 
-func TestWriteEnvelopeHookCorruptionIsRejected(t *testing.T) {
+// An envelope field that breaks the schema (here an empty producer) is
+// refused like a bad payload: nothing is inserted.
+func TestWriteInvalidEnvelopeIsRejected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newWriterDB(t)
-	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder,
-		outbox.WithEnvelopeHook(func(e *contracts.Envelope) { e.Payload = json.RawMessage(`{"order_id":"nope"}`) }))
+	w := outbox.NewWriter(newValidator(t), "")
 	payload := placedPayload()
 	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload)
+		_, err := w.Write(ctx, tx, contracts.EventOrderPlaced, payload.OrderID.String(), payload.OrderID.String(), payload)
 		return err
 	})
 	var verr *contracts.ValidationError
-	if !errors.As(err, &verr) || !strings.HasPrefix(verr.Field, "payload") {
-		t.Fatalf("err = %v, want a validation error on the payload", err)
+	if !errors.As(err, &verr) || verr.Field != "producer" {
+		t.Fatalf("err = %v, want a validation error on the producer", err)
 	}
 	if n := countOutbox(t, pool); n != 0 {
 		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+// The Writer stores the aggregate key and its hash, the same hash as the
+// migration's SQL function outbox_key_hash, which rows written by other
+// means (a backfill, a test) use.
+func TestWriteStoresTheKeyAndItsHash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
+	keys := []string{"", "a", uuid.NewString(), uuid.NewString(), uuid.NewString()}
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		for _, k := range keys {
+			if _, err := w.Write(ctx, tx, contracts.EventOrderPlaced, k, "c", placedPayload()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT aggregate_key, key_hash, outbox_key_hash(aggregate_key) FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for rows.Next() {
+		var key string
+		var stored, sql int32
+		if err := rows.Scan(&key, &stored, &sql); err != nil {
+			t.Fatal(err)
+		}
+		if stored != outbox.KeyHash(key) || sql != stored || stored < 0 {
+			t.Errorf("key %q: stored hash %d, KeyHash %d, outbox_key_hash %d", key, stored, outbox.KeyHash(key), sql)
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil || seen != len(keys) {
+		t.Fatalf("%d rows (%v), want %d", seen, err, len(keys))
+	}
+	if h := outbox.KeyHash(""); h != 0 {
+		t.Errorf("KeyHash(\"\") = %d, want 0", h)
+	}
+	// Fixed values: the hash may never change, rows keep it.
+	if h := outbox.KeyHash("abc"); h != 268521624 {
+		t.Errorf("KeyHash(abc) = %d, want 268521624", h)
 	}
 }
 
@@ -182,7 +231,7 @@ func TestWriteUnknownEvent(t *testing.T) {
 	pool := newWriterDB(t)
 	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
 	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := w.Write(ctx, tx, "order.order.exploded.v1", "c", placedPayload())
+		_, err := w.Write(ctx, tx, "order.order.exploded.v1", "k", "c", placedPayload())
 		return err
 	})
 	if !errors.Is(err, contracts.ErrUnknownEvent) {

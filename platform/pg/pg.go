@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,13 +159,15 @@ func missingTables(ctx context.Context, pool *pgxpool.Pool, names []string) ([]s
 // with the masked databaseURL and retried after a delay of package backoff
 // (MinBackoff doubling to MaxBackoff); any other error is returned at once.
 // When ctx ends first, Retry returns an error wrapping ctx.Err() that names the
-// last error. A nil logger discards logs.
+// last error of an attempt that was not cut short by ctx's end (the one that
+// says what is wrong, such as a missing database). A nil logger discards logs.
 func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func(ctx context.Context) error) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	masked := config.MaskURL(databaseURL)
 	b := backoff.New(MinBackoff, MaxBackoff)
+	var last error // the last error of an attempt that ctx's end did not cut short
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -173,8 +177,12 @@ func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), err)
+			if last == nil {
+				last = err
+			}
+			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), last)
 		}
+		last = err
 		var connErr *pgconn.ConnectError
 		var r *retryable
 		if !errors.As(err, &connErr) && !errors.As(err, &r) {
@@ -288,4 +296,24 @@ func ConnConfig(databaseURL string) (*pgx.ConnConfig, error) {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	return cfg.ConnConfig, nil
+}
+
+// WithPoolSize returns the postgres:// (or postgresql://) URL raw with
+// pool_max_conns=n added when it does not set pool_max_conns itself, so a pool
+// has a connection for each of n concurrent users. Other forms (key/value
+// strings) and unparseable values are returned unchanged. Only pgxpool
+// understands the parameter: give the result to NewPool or WaitPool, never to
+// a plain connection, whose server refuses it.
+func WithPoolSize(raw string, n int) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return raw
+	}
+	q := u.Query()
+	if q.Has("pool_max_conns") {
+		return raw
+	}
+	q.Set("pool_max_conns", strconv.Itoa(n))
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -64,14 +64,14 @@ func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Messag
 	}()
 	pubs := make([]*amqp.Publisher, n)
 	for i := range conns {
-		c, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+		c, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
 		if err != nil {
 			return 0, err
 		}
 		conns[i] = c
 		pubs[i] = amqp.NewPublisher(c, contracts.Exchange)
 		// Open the channel before the clock starts.
-		if err := pubs[i].PublishOne(ctx, msgs[i], 10*time.Second); err != nil {
+		if _, err := pubs[i].PublishBatch(ctx, msgs[i:i+1], 10*time.Second); err != nil {
 			return 0, fmt.Errorf("warm-up publish: %w", err)
 		}
 	}

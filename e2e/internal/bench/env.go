@@ -49,9 +49,17 @@ const (
 // they are all created in one rabbitmqctl call (each call costs seconds) and
 // deleted in one.
 func vhostPurposes(s Sizes) []string {
-	p := []string{"broker-1", "broker-n", "relay-one", "relay-pipelined", "relay-traced", "consumer-default", "consumer-tuned", "consumer-traced", "latency-notify", "latency-poll"}
+	p := []string{"broker-1", "broker-n", "relay-one", "relay-traced", "consumer-default", "consumer-tuned", "consumer-traced", "latency-notify", "latency-poll"}
+	for _, procs := range relayProcesses {
+		for _, parts := range relayPartitions {
+			p = append(p, relayVhost(parts, procs))
+		}
+	}
 	for i := range s.GrowthRows {
 		p = append(p, fmt.Sprintf("growth-relay-%d", i), fmt.Sprintf("growth-consumer-%d", i))
+	}
+	for i := range s.MaxRates {
+		p = append(p, fmt.Sprintf("max-rate-%d", i))
 	}
 	return p
 }
@@ -252,7 +260,7 @@ func emptyVhost(amqpURL string) error {
 		return fmt.Errorf("empty vhost: %w", err)
 	}
 	defer conn.Close()
-	topo := amqp.DefaultTopology()
+	topo := shopTopology()
 	queues := topo.QueueNames()
 	for _, q := range topo.Queues { // the consumers' retry queues
 		for _, d := range amqp.DefaultRetryDelays() {
@@ -299,4 +307,14 @@ func placedMessages(n int) ([]amqp.Message, error) {
 		msgs[i] = amqp.Message{RoutingKey: contracts.EventOrderPlaced, MessageID: id, Type: contracts.EventOrderPlaced, Body: body}
 	}
 	return msgs, nil
+}
+
+// shopTopology is the topology the relay declares: the event exchanges and every
+// consumer queue of the contract with its dead-letter queue, no retry queue.
+func shopTopology() amqp.Topology {
+	var queues []amqp.QueueSpec
+	for _, c := range contracts.Consumers() {
+		queues = append(queues, amqp.ConsumerQueue(c, nil))
+	}
+	return amqp.EventTopology(queues...)
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 )
 
@@ -62,7 +61,7 @@ func (e *env) growRelay(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, published, err := e.runRelay(ctx, dbURL, amqpURL, outbox.Pipelined, 0)
+		rate, published, err := e.runRelay(ctx, dbURL, amqpURL, "pipelined", 0)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}
@@ -124,7 +123,7 @@ func (e *env) growConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents, nil)
+		rate, _, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents, nil)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}

@@ -2,21 +2,47 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 )
 
-// measureRelay fills one outbox with RelayRows unpublished rows, clones it
-// twice, and drains one copy with the relay in OneAtATime mode and the
-// other in Pipelined mode (platform/outbox, default batch size), each on a
-// fresh vhost with the default topology. The one-at-a-time run stops after
-// OneAtATimeLimit; its rate counts the rows it published by then.
+// relayPartitions and relayProcesses span the relay matrix: every
+// partition count with every number of `bin/order relay` processes.
+var (
+	relayPartitions = []int{1, 2, 4, 8}
+	relayProcesses  = []int{1, 2}
+)
+
+func relayRunName(partitions, procs int) string {
+	return fmt.Sprintf("relay_p%d_r%d", partitions, procs)
+}
+
+func relayVhost(partitions, procs int) string { return fmt.Sprintf("relay-p%d-r%d", partitions, procs) }
+
+// measureRelay fills one outbox with RelayRows unpublished rows, half of
+// them order.order.placed.v1 of RelayRows/2 orders, the other half their
+// order.order.cancelled.v1 (each order's cancelled RelayRows/2 rows after
+// its placed), and clones it for every run. The baseline drains one clone
+// in this process, one confirm at a time, for OneAtATimeLimit. Then, for
+// each partition count and number of processes, real `bin/order relay`
+// processes with RELAY_PARTITIONS drain a clone on a fresh vhost; the
+// queue stock.events is then read back and each order's first arrivals
+// checked: placed before cancelled.
 func (e *env) measureRelay(ctx context.Context) error {
 	s := e.cfg.Sizes
 	srcURL, err := e.cloneDatabase(ctx, tplOrder, "relay-src")
@@ -27,7 +53,7 @@ func (e *env) measureRelay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = fillOutbox(ctx, pool, time.Now().Add(-time.Hour), s.RelayRows, false)
+	err = fillOrderPairs(ctx, pool, time.Now().Add(-time.Hour), s.RelayRows/2)
 	if err == nil {
 		err = settle(ctx, pool, "outbox")
 	}
@@ -35,64 +61,242 @@ func (e *env) measureRelay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rows := s.RelayRows / 2 * 2
 
-	for _, run := range []struct {
-		name  string
-		mode  outbox.Mode
-		limit time.Duration
-	}{
-		{"relay_one_at_a_time", outbox.OneAtATime, s.OneAtATimeLimit},
-		{"relay_pipelined", outbox.Pipelined, 0},
-	} {
-		vhost := "relay-pipelined"
-		if run.mode == outbox.OneAtATime {
-			vhost = "relay-one"
-		}
-		dbURL, err := e.createDatabase(ctx, e.dbName(run.name), e.dbName("relay-src"))
-		if err != nil {
-			return err
-		}
-		amqpURL, err := e.vhostURL(vhost)
-		if err != nil {
-			return err
-		}
-		rate, published, err := e.runRelay(ctx, dbURL, amqpURL, run.mode, run.limit)
-		if err2 := emptyVhost(amqpURL); err2 != nil {
-			e.progress("   %v", err2)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", run.name, err)
-		}
-		e.results.set(run.name, rate, fmt.Sprintf("%d of %d outbox rows published, %s mode", published, s.RelayRows, run.mode))
-		e.progress("   %-28s %10.0f events/s (%d rows)", run.name, rate, published)
+	dbURL, err := e.createDatabase(ctx, e.dbName("relay_one_at_a_time"), e.dbName("relay-src"))
+	if err != nil {
+		return err
 	}
-	one, _ := e.results.get("relay_one_at_a_time")
-	pipe, _ := e.results.get("relay_pipelined")
-	if one > 0 {
-		e.results.set("relay_pipelined_speedup", pipe/one, "relay_pipelined divided by relay_one_at_a_time")
+	amqpURL, err := e.vhostURL("relay-one")
+	if err != nil {
+		return err
 	}
-	return e.measureTracedRelay(ctx)
+	var errs []error
+	rate, published, err := e.runRelay(ctx, dbURL, amqpURL, "one-at-a-time", s.OneAtATimeLimit)
+	if err2 := emptyVhost(amqpURL); err2 != nil {
+		e.progress("   %v", err2)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("relay_one_at_a_time: %w", err))
+		e.progress("   %-28s FAILED: %v", "relay_one_at_a_time", err)
+	} else {
+		e.results.set("relay_one_at_a_time", rate, fmt.Sprintf("%d of %d outbox rows published, one confirm at a time, in this process", published, rows))
+		e.progress("   %-28s %10.0f events/s (%d rows)", "relay_one_at_a_time", rate, published)
+	}
+
+	ceiling, _ := e.results.get("broker_ceiling")
+	violations := 0
+	for _, procs := range relayProcesses {
+		for _, parts := range relayPartitions {
+			name := relayRunName(parts, procs)
+			r, err := e.runRelayProcesses(ctx, parts, procs, rows)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				e.progress("   %-28s FAILED: %v", name, err)
+				continue
+			}
+			violations += r.disordered
+			e.results.set(name, r.rate, fmt.Sprintf("%d rows, RELAY_PARTITIONS=%d, %d bin/order relay process(es); %d orders out of order, %d duplicates",
+				rows, parts, procs, r.disordered, r.duplicates))
+			ratio := ""
+			if ceiling > 0 {
+				ratio = fmt.Sprintf(" (%.2f of the broker ceiling)", r.rate/ceiling)
+			}
+			e.progress("   %-28s %10.0f events/s%s; order check: %d orders out of order, %d duplicates", name, r.rate, ratio, r.disordered, r.duplicates)
+		}
+	}
+	e.results.set("relay_order_violations", float64(violations), "orders whose cancelled first arrived before their placed, over every relay run")
+	if one, _ := e.results.get("relay_one_at_a_time"); one > 0 {
+		if p1, ok := e.results.get(relayRunName(1, 1)); ok {
+			e.results.set("relay_pipelined_speedup", p1/one, "relay_p1_r1 divided by relay_one_at_a_time")
+		}
+	}
+	if err := e.measureTracedRelay(ctx); err != nil {
+		errs = append(errs, err)
+		e.progress("   %-28s FAILED: %v", "relay_pipelined_traced", err)
+	}
+	return errors.Join(errs...)
+}
+
+// relayRun is the outcome of one run of relay processes.
+type relayRun struct {
+	rate                   float64
+	disordered, duplicates int
+}
+
+// runRelayProcesses drains a clone of the relay source database with procs
+// real relay processes configured with parts partitions, and checks the
+// order of what reached stock.events. The processes start while the bench
+// holds the single-leader lock, which keeps them standing by; the clock
+// starts when it lets go and stops when no row is left unpublished.
+func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (relayRun, error) {
+	name := relayRunName(parts, procs)
+	dbURL, err := e.createDatabase(ctx, e.dbName(name), e.dbName("relay-src"))
+	if err != nil {
+		return relayRun{}, err
+	}
+	amqpURL, err := e.vhostURL(relayVhost(parts, procs))
+	if err != nil {
+		return relayRun{}, err
+	}
+	defer func() {
+		if err := emptyVhost(amqpURL); err != nil {
+			e.progress("   %v", err)
+		}
+	}()
+	pool, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return relayRun{}, err
+	}
+	defer pool.Close()
+	gate, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return relayRun{}, err
+	}
+	defer gate.Close(context.WithoutCancel(ctx))
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, outbox.DefaultLockKey); err != nil {
+		return relayRun{}, fmt.Errorf("hold the relays back: %w", err)
+	}
+
+	var ps []*system.Process
+	defer func() {
+		for _, p := range ps {
+			_ = p.Stop(10 * time.Second)
+		}
+	}()
+	for i := range procs {
+		addr, err := system.FreeAddr()
+		if err != nil {
+			return relayRun{}, err
+		}
+		p := &system.Process{
+			Name: fmt.Sprintf("%s-%d", name, i),
+			Bin:  filepath.Join(e.cfg.BinDir, "order"),
+			Args: []string{"relay"},
+			Env: []string{
+				"ORDER_DATABASE_URL=" + dbURL, "AMQP_URL=" + amqpURL, "HTTP_ADDR=" + addr,
+				"RELAY_PARTITIONS=" + strconv.Itoa(parts), "RELAY_LOCK_RETRY=100ms", "LOG_LEVEL=warn",
+			},
+			Addr: addr,
+		}
+		if err := p.Start(); err != nil {
+			return relayRun{}, err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := p.WaitReady(rctx)
+		cancel()
+		if err != nil {
+			return relayRun{}, err
+		}
+	}
+
+	const unpublished = `SELECT count(*) FROM outbox WHERE published_at IS NULL`
+	start := time.Now()
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outbox.DefaultLockKey); err != nil {
+		return relayRun{}, err
+	}
+	deadline := start.Add(time.Duration(rows/50+60) * time.Second) // a relay slower than 50 rows/s is broken
+	for {
+		time.Sleep(20 * time.Millisecond)
+		left, err := count(ctx, pool, unpublished)
+		if err != nil {
+			return relayRun{}, err
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return relayRun{}, fmt.Errorf("published %d of %d rows before the deadline", rows-left, rows)
+		}
+	}
+	run := relayRun{rate: float64(rows) / time.Since(start).Seconds()}
+	for _, p := range ps {
+		_ = p.Stop(10 * time.Second)
+	}
+	ps = nil
+	run.disordered, run.duplicates, err = checkQueueOrder(ctx, amqpURL, rows)
+	return run, err
+}
+
+// checkQueueOrder reads stock.events until it has want distinct events
+// and the queue is empty, and counts the orders whose events first arrived
+// out of version order (placed v2 before cancelled v3; later copies are
+// duplicates a consumer's inbox skips) and the duplicates.
+func checkQueueOrder(ctx context.Context, amqpURL string, want int) (disordered, duplicates int, err error) {
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := ch.Qos(2000, 0, false); err != nil {
+		return 0, 0, err
+	}
+	in, err := ch.Consume(contracts.QueueStock, "", true, false, false, false, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	seen := make(map[string]bool, want)
+	highest := make(map[string]int, want/2)
+	bad := map[string]bool{}
+	for {
+		select {
+		case d := <-in:
+			if seen[d.MessageId] {
+				duplicates++
+				continue
+			}
+			seen[d.MessageId] = true
+			order, version, err := orderOf(d.Body)
+			if err != nil {
+				return 0, 0, err
+			}
+			if version < highest[order] && !bad[order] {
+				bad[order] = true
+				disordered++
+			}
+			highest[order] = max(highest[order], version)
+		case <-time.After(2 * time.Second):
+			if len(seen) < want {
+				return 0, 0, fmt.Errorf("the queue holds %d of %d events", len(seen), want)
+			}
+			return disordered, duplicates, nil
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+	}
 }
 
 // runRelay runs one relay (in this process) on the outbox at dbURL until
 // every row is published or limit (when > 0) has passed, and returns the
-// published rows per second and their number. The clock starts when the
-// relay starts, so it includes taking the advisory lock and opening the
-// channel.
-func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.Mode, limit time.Duration, opts ...outbox.RelayOption) (float64, int, error) {
+// published rows per second and their number. mode "one-at-a-time" wraps
+// its publisher in oneAtATime; opts configure the relay. The clock starts
+// when the relay starts, so it includes joining and taking the partition.
+func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode string, limit time.Duration, opts ...outbox.RelayOption) (float64, int, error) {
 	pool, err := pg.NewPool(ctx, dbURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer pool.Close()
-	conn, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+	conn, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() { _ = conn.Close() }()
-	pub := amqp.NewPublisher(conn, contracts.Exchange)
-	defer func() { _ = pub.Close() }()
-	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Mode: mode}, e.logger, metrics.NewRegistry(), opts...)
+	newPublisher := func() outbox.Publisher {
+		pub := amqp.NewPublisher(conn, contracts.Exchange)
+		if mode == "one-at-a-time" {
+			return oneAtATime{pub}
+		}
+		return pub
+	}
+	relay, err := outbox.NewRelay(pool, newPublisher, outbox.RelayConfig{}, e.logger, metrics.NewRegistry(), opts...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -146,4 +350,87 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode outbox.M
 		return 0, 0, fmt.Errorf("relay published nothing in %s", elapsed)
 	}
 	return float64(published) / elapsed.Seconds(), published, nil
+}
+
+// oneAtATime publishes each message of a batch alone and waits for its
+// confirm before the next: the slow baseline that the relay's pipelined
+// batches replace. confirmTimeout bounds the whole batch; when it is spent
+// the batch ends early without an error and the rest waits for the next.
+type oneAtATime struct{ *amqp.Publisher }
+
+func (o oneAtATime) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
+	deadline := time.Now().Add(confirmTimeout)
+	for i := range msgs {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return i, nil
+		}
+		if _, err := o.Publisher.PublishBatch(ctx, msgs[i:i+1], left); err != nil {
+			return i, err
+		}
+	}
+	return len(msgs), nil
+}
+
+// fillOrderPairsSQL inserts, for $2 orders, an order.order.placed.v1 row
+// (version 2) one millisecond apart from $1 on, then their
+// order.order.cancelled.v1 rows (version 3) in the same order, each with
+// the order id as aggregate key and its hash, as the order service
+// writes them. The envelopes pass the contract's schema.
+const fillOrderPairsSQL = `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, aggregate_key, key_hash)
+SELECT e.id, e.name, e.name,
+	jsonb_build_object(
+		'event_id', e.id::text,
+		'event_name', e.name,
+		'occurred_at', to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+		'producer', 'order',
+		'schema_version', 1,
+		'correlation_id', e.order_id::text,
+		'payload', jsonb_build_object(
+			'order_id', e.order_id::text,
+			'customer_id', e.order_id::text,
+			'lines', jsonb_build_array(jsonb_build_object('product_id', e.order_id::text, 'quantity', '2.000')),
+			'version', e.version)),
+	e.at, e.order_id::text, outbox_key_hash(e.order_id::text)
+FROM (SELECT g, at, ` + uuidV7SQL + ` AS id,
+		md5('bench-order-' || ((g - 1) % $2))::uuid AS order_id,
+		CASE WHEN g <= $2 THEN 'order.order.placed.v1' ELSE 'order.order.cancelled.v1' END AS name,
+		CASE WHEN g <= $2 THEN 2 ELSE 3 END AS version
+	FROM (SELECT g, $1::timestamptz + g * interval '1 millisecond' AS at
+		FROM generate_series(1, 2 * $2::bigint) AS g) AS s) AS e`
+
+// fillOrderPairs inserts orders placed-then-cancelled pairs (2 x orders
+// rows) and checks one envelope of each kind against the contract.
+func fillOrderPairs(ctx context.Context, pool *pgxpool.Pool, base time.Time, orders int) error {
+	if _, err := pool.Exec(ctx, fillOrderPairsSQL, base, orders); err != nil {
+		return fmt.Errorf("fill outbox with %d order pairs: %w", orders, err)
+	}
+	v, err := contracts.NewValidator()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled} {
+		var body []byte
+		if err := pool.QueryRow(ctx, `SELECT envelope::text FROM outbox WHERE event_name = $1 LIMIT 1`, name).Scan(&body); err != nil {
+			return fmt.Errorf("read a filled %s row: %w", name, err)
+		}
+		if err := v.Validate(body); err != nil {
+			return fmt.Errorf("filled %s envelope is invalid: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// orderOf reads the order id and version of a relayed envelope.
+func orderOf(body []byte) (string, int, error) {
+	var env struct {
+		Payload struct {
+			OrderID string `json:"order_id"`
+			Version int    `json:"version"`
+		} `json:"payload"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return "", 0, fmt.Errorf("decode a relayed message: %w", err)
+	}
+	return env.Payload.OrderID, env.Payload.Version, nil
 }

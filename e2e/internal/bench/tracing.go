@@ -56,8 +56,10 @@ func randomTraceparent() string {
 
 // measureTracedRelay drains a copy of the relay's outbox whose every row
 // holds a trace context (as the API stores it for a traced request), with
-// the pipelined relay recording a send span per message and exporting them
-// over OTLP/HTTP through the SDK's default batch span processor.
+// one relay in this process (one partition, pipelined confirms) recording a
+// send span per message and exporting them over OTLP/HTTP through the SDK's
+// default batch span processor. Its baseline is relay_p1_r1, the same relay
+// untraced in a bin/order relay process.
 func (e *env) measureTracedRelay(ctx context.Context) error {
 	s := e.cfg.Sizes
 	const name = "relay_pipelined_traced"
@@ -90,7 +92,7 @@ func (e *env) measureTracedRelay(ctx context.Context) error {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("bench-relay"))))
-	rate, published, err := e.runRelay(ctx, dbURL, amqpURL, outbox.Pipelined, 0, outbox.WithTracerProvider(tp))
+	rate, published, err := e.runRelay(ctx, dbURL, amqpURL, "pipelined", 0, outbox.WithTracerProvider(tp))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	err = errors.Join(err, tp.Shutdown(sctx))
 	cancel()
@@ -124,7 +126,7 @@ func (e *env) measureTracedConsumer(ctx context.Context) error {
 	}
 	sink := newOTLPSink()
 	defer sink.close()
-	rate, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.ConsumerEvents,
+	rate, _, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.ConsumerEvents,
 		[]string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=" + sink.srv.URL})
 	if err2 := emptyVhost(amqpURL); err2 != nil {
 		e.progress("   %v", err2)

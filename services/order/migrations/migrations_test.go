@@ -13,6 +13,8 @@ func TestOutboxSchemaMatchesPlatformCopy(t *testing.T) {
 	const copyDir = "../../../platform/outbox/testdata/schema/"
 	for ours, theirs := range map[string]string{
 		"00002_outbox.sql":               "00001_outbox.sql",
+		"00030_outbox_partition_key.sql": "00030_outbox_partition_key.sql",
+		"00035_outbox_replays.sql":       "00035_outbox_replays.sql",
 		"00040_outbox_trace_context.sql": "00040_outbox_trace_context.sql",
 	} {
 		a, err := migrations.FS.ReadFile(ours)

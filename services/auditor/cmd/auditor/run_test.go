@@ -22,7 +22,7 @@ func TestHelpVersionAndBadInput(t *testing.T) {
 	ctx := context.Background()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"serve", "--help"}} {
 		var out bytes.Buffer
-		if err := run(ctx, append([]string{"auditor"}, args...), env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: auditor serve") {
+		if err := run(ctx, append([]string{"auditor"}, args...), env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: auditor") || !strings.Contains(out.String(), "serve") {
 			t.Errorf("%v: %v, %q", args, err, out.String())
 		}
 	}
@@ -87,7 +87,7 @@ func TestServeAnswersEveryRoute(t *testing.T) {
 		{"/audit", 200, `"unaccounted":{"shipping":0,"stock":0}`},
 		{"/board", 200, `"orders":[]`},
 		{"/metrics", 200, `delivery_unaccounted_events{consumer="stock"} 0`},
-		{"/orders/not-a-uuid/journey", 400, `"field":"id"`},
+		{"/orders/not-a-uuid/journey", 400, `"parameter":"id"`},
 		{"/orders/0190a4b2-7c3e-7000-8000-000000000001/journey", 404, "not found"},
 		{"/events/0190a4b2-7c3e-7000-8000-000000000001/journey", 404, "not found"},
 	} {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
@@ -21,6 +22,7 @@ import (
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/telemetry"
 	"example.com/shop/services/order/internal/api"
 )
 
@@ -29,15 +31,16 @@ import (
 //	ORDER_DATABASE_URL     PostgreSQL URL of the order database (default postgres://postgres@localhost:5432/orders?sslmode=disable)
 //	AMQP_URL               RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR              address of /healthz, /readyz and /metrics (default :8084)
-//	RELAY_BATCH_SIZE       rows per batch (default 500)
+//	RELAY_PARTITIONS       outbox partitions, each led by one relay and published in order on its
+//	                       own; every relay of one database must use the same value (default 1)
+//	RELAY_BATCH_SIZE       rows per batch of one partition (default 500)
 //	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway; first wait after a failed batch (default 1s)
 //	RELAY_MAX_BACKOFF      cap of the doubling wait between attempts after failed batches (default 10s)
 //	RELAY_CONFIRM_TIMEOUT  bound on publishing one batch, confirms included (default 5s)
 //	RELAY_STALL_TIMEOUT    a leader failing to publish for this long makes /readyz answer 503 (default 15s)
-//	RELAY_MODE             pipelined (default) or one-at-a-time
-//	RELAY_LOCK_RETRY       how often a standby tries to take the leader lock (default 1s)
-//	RELAY_LOCK_TIMEOUT     idle_session_timeout of the leader's lock session: a frozen leader loses the lock after it (default 5s)
-//	RELAY_LOCK_KEEPALIVE   how often the leader pings its lock session; at most half of RELAY_LOCK_TIMEOUT (default 1s)
+//	RELAY_LOCK_RETRY       how often a relay looks at who leads which partition: takes free ones, gives extra back (default 1s)
+//	RELAY_LOCK_TIMEOUT     idle_session_timeout of the relay's lock session: a frozen relay loses its partitions after it (default 5s)
+//	RELAY_LOCK_KEEPALIVE   how often the relay talks to its lock session at the least; at most half of RELAY_LOCK_TIMEOUT (default 1s)
 //	RELAY_DECLARE_QUEUES   also declare the consumers' queues (default true); false declares
 //	                       only the exchanges and the unroutable queue, for a broker user that
 //	                       may not read the consumers' queues (deploy/rabbitmq/definitions.json)
@@ -50,21 +53,21 @@ type relayConfig struct {
 	HTTPAddr    string
 	LogLevel    slog.Level
 	Relay       outbox.RelayConfig
-	// DeclareQueues: declare amqp.DefaultTopology's queues, not only its exchanges.
+	// DeclareQueues: declare every consumer's queue (relayTopology), not only the exchanges.
 	DeclareQueues bool
 }
 
-// loadRelayConfig reads relayConfig through getenv. The error names every bad variable.
-func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
-	env := config.NewEnv(getenv)
+// loadRelayConfig reads relayConfig through env; env.Err names every bad variable.
+func loadRelayConfig(env *config.Env) relayConfig {
 	c := relayConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
+		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
-		HTTPAddr:    env.String("HTTP_ADDR", config.DefaultRelayHTTPAddr),
+		HTTPAddr:    env.String("HTTP_ADDR", defaultRelayHTTPAddr),
 		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
 		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
 		Relay: outbox.RelayConfig{
+			Partitions:     env.PositiveInt("RELAY_PARTITIONS", outbox.DefaultPartitions),
 			BatchSize:      env.PositiveInt("RELAY_BATCH_SIZE", outbox.DefaultBatchSize),
 			PollInterval:   env.PositiveDuration("RELAY_POLL_INTERVAL", outbox.DefaultPollInterval),
 			MaxBackoff:     env.PositiveDuration("RELAY_MAX_BACKOFF", outbox.DefaultMaxBackoff),
@@ -75,16 +78,13 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 			LockKeepalive:  env.PositiveDuration("RELAY_LOCK_KEEPALIVE", outbox.DefaultLockKeepalive),
 		},
 	}
-	rawMode := env.String("RELAY_MODE", outbox.Pipelined.String())
-	mode, err := outbox.ParseMode(rawMode)
-	if err != nil {
-		env.Errorf("RELAY_MODE", "%q is not one of pipelined, one-at-a-time", rawMode)
+	if c.Relay.Partitions > outbox.MaxPartitions {
+		env.Errorf("RELAY_PARTITIONS", "%d is more than %d", c.Relay.Partitions, outbox.MaxPartitions)
 	}
-	c.Relay.Mode = mode
 	if 2*c.Relay.LockKeepalive > c.Relay.LockTimeout {
 		env.Errorf("RELAY_LOCK_KEEPALIVE", "%v is more than half of RELAY_LOCK_TIMEOUT (%v)", c.Relay.LockKeepalive, c.Relay.LockTimeout)
 	}
-	return c, env.Err()
+	return c
 }
 
 // LogValue logs the configuration with the passwords masked.
@@ -94,12 +94,12 @@ func (c relayConfig) LogValue() slog.Value {
 		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.Int("partitions", c.Relay.Partitions),
 		slog.Int("batch_size", c.Relay.BatchSize),
 		slog.Duration("poll_interval", c.Relay.PollInterval),
 		slog.Duration("max_backoff", c.Relay.MaxBackoff),
 		slog.Duration("confirm_timeout", c.Relay.ConfirmTimeout),
 		slog.Duration("stall_timeout", c.Relay.StallTimeout),
-		slog.String("mode", c.Relay.Mode.String()),
 		slog.Duration("lock_retry", c.Relay.LockRetry),
 		slog.Duration("lock_timeout", c.Relay.LockTimeout),
 		slog.Duration("lock_keepalive", c.Relay.LockKeepalive),
@@ -109,23 +109,31 @@ func (c relayConfig) LogValue() slog.Value {
 // runRelay runs the outbox relay (docs/architecture.md, flow step 3) until
 // ctx ends: config, logger, HTTP server (/healthz, /readyz, /metrics),
 // database pool (waited for with pg.WaitPool), broker connection (dialled
-// with backoff; it declares the topology), then the relay, which leads or
-// stands by behind the advisory lock. /readyz checks PostgreSQL, the broker
+// with backoff; it declares the topology), then the relay, which leads its
+// share of the outbox partitions (RELAY_PARTITIONS), each published on a
+// channel of its own, or stands by. /readyz checks PostgreSQL, the broker
 // connection and the relay, and answers 503 until both are connected, and
-// while a leader has not been able to publish for RELAY_STALL_TIMEOUT
-// (outbox.Relay.Ready); a standby relay is ready too (relay_leader tells
-// them apart). On ctx's end the batch in hand is finished or rolled back, then
+// while a partition it leads has not been able to publish for
+// RELAY_STALL_TIMEOUT (outbox.Relay.Ready); a relay leading nothing is ready
+// too (relay_partition_leader tells them apart). On ctx's end the batches in
+// hand are finished or rolled back, then
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
-func runRelay(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	if err := noArgs("relay", args); err != nil {
-		return err
-	}
-	cfg, err := loadRelayConfig(getenv)
+func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := load(getenv, loadRelayConfig)
 	if err != nil {
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceRelay)
+	stopTracing, err := telemetry.Setup(ctx, serviceRelay)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopTracing(ctx); err != nil {
+			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
+		}
+	}()
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	// Serve health and metrics while the database and the broker are awaited.
@@ -165,10 +173,7 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		defer pool.Close()
 		db.Store(pool)
 
-		topo := amqp.DefaultTopology()
-		if !cfg.DeclareQueues {
-			topo.Queues = nil
-		}
+		topo := relayTopology(cfg.DeclareQueues)
 		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -178,10 +183,9 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		}
 		defer func() { _ = conn.Close() }()
 		broker.Store(conn)
-		pub := amqp.NewPublisher(conn, topo.Exchange)
-		defer func() { _ = pub.Close() }()
-
-		r, err := outbox.NewRelay(pool, pub, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
+		// One publisher (one channel) per partition led; the relay closes it.
+		newPublisher := func() outbox.Publisher { return amqp.NewPublisher(conn, topo.Exchange) }
+		r, err := outbox.NewRelay(pool, newPublisher, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
 		if err != nil {
 			return err
 		}
@@ -201,31 +205,26 @@ type purgeConfig struct {
 	LogLevel    slog.Level
 }
 
+// loadPurgeConfig reads purgeConfig through env; env.Err names every bad variable.
+func loadPurgeConfig(env *config.Env) purgeConfig {
+	return purgeConfig{
+		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		LogLevel:    logging.LevelFromEnv(env),
+	}
+}
+
 // runPurgeOutbox deletes the outbox rows published longer ago than the
-// horizon given by --older-than (a Go duration such as 168h, required,
-// > 0), then the API's Idempotency-Keys (processed_event, consumer
+// horizon olderThan (the --older-than flag, a Go duration such as 168h,
+// required, > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
 // each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
 // deleted.
-func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	olderThan := fs.Duration("older-than", 0, "delete rows published longer ago than this `duration` (for example 168h); required")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("purge-outbox: %w", err)
+func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(string) string, stdout, stderr io.Writer) error {
+	if olderThan <= 0 {
+		return cli.Usagef("purge-outbox", "purge-outbox: --older-than must be a positive duration such as 168h, got %v", olderThan)
 	}
-	if err := noArgs("purge-outbox", fs.Args()); err != nil {
-		return err
-	}
-	if *olderThan <= 0 {
-		return fmt.Errorf("purge-outbox: --older-than must be a positive duration such as 168h, got %v", *olderThan)
-	}
-	env := config.NewEnv(getenv)
-	cfg := purgeConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		LogLevel:    logging.LevelFromEnv(env),
-	}
-	if err := env.Err(); err != nil {
+	cfg, err := load(getenv, loadPurgeConfig)
+	if err != nil {
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, servicePurge)
@@ -236,20 +235,36 @@ func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) stri
 	}
 	defer pool.Close()
 	start := time.Now()
-	n, err := outbox.Purge(ctx, pool, *olderThan)
-	logger.InfoContext(ctx, "outbox purged", slog.Int64("rows", n), slog.Duration("older_than", *olderThan),
+	n, err := outbox.Purge(ctx, pool, olderThan)
+	logger.InfoContext(ctx, "outbox purged", slog.Int64("rows", n), slog.Duration("older_than", olderThan),
 		slog.Duration("took", time.Since(start)), slog.Any("error", err))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "purged %d outbox rows published more than %v ago\n", n, *olderThan)
+	fmt.Fprintf(stdout, "purged %d outbox rows published more than %v ago\n", n, olderThan)
 
 	// The API's Idempotency-Keys share the horizon: a retry older than it creates anew.
-	keys, err := inbox.Purge(ctx, pool, api.IdempotencyConsumer, *olderThan)
+	keys, err := inbox.Purge(ctx, pool, api.IdempotencyConsumer, olderThan)
 	logger.InfoContext(ctx, "idempotency keys purged", slog.Int64("rows", keys), slog.Any("error", err))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "purged %d idempotency keys used more than %v ago\n", keys, *olderThan)
+	fmt.Fprintf(stdout, "purged %d idempotency keys used more than %v ago\n", keys, olderThan)
 	return nil
+}
+
+// relayTopology is what the relay declares (docs/architecture.md, flow step 4): the
+// event exchange app.events with its alternate exchange and unroutable queue, the
+// dead-letter exchange and, with queues, every consumer's queue of the contract with
+// its dead-letter queue and no retry queue, so an event published before a consumer
+// first starts waits in its queue instead of the unroutable one.
+func relayTopology(queues bool) amqp.Topology {
+	if !queues {
+		return amqp.EventTopology()
+	}
+	var specs []amqp.QueueSpec
+	for _, c := range contracts.Consumers() {
+		specs = append(specs, amqp.ConsumerQueue(c, nil))
+	}
+	return amqp.EventTopology(specs...)
 }

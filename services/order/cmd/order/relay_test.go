@@ -263,7 +263,7 @@ func TestRelayCommandWaitsForTheDatabase(t *testing.T) {
 func TestRelayCommandRejectsBadSettings(t *testing.T) {
 	t.Parallel()
 	err := run(t.Context(), []string{"order", "relay"}, env(map[string]string{
-		"RELAY_MODE":          "fast",
+		"RELAY_PARTITIONS":    "many",
 		"RELAY_BATCH_SIZE":    "0",
 		"RELAY_POLL_INTERVAL": "soon",
 		"RELAY_LOCK_TIMEOUT":  "-1s",
@@ -271,11 +271,15 @@ func TestRelayCommandRejectsBadSettings(t *testing.T) {
 		"RELAY_MAX_BACKOFF":   "often",
 		"RELAY_STALL_TIMEOUT": "1",
 	}), io.Discard, io.Discard)
-	for _, v := range []string{"RELAY_MODE", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LOCK_TIMEOUT",
+	for _, v := range []string{"RELAY_PARTITIONS", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LOCK_TIMEOUT",
 		"RELAY_LOCK_RETRY", "RELAY_MAX_BACKOFF", "RELAY_STALL_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), v) {
 			t.Fatalf("error %v does not name %s", err, v)
 		}
+	}
+	err = run(t.Context(), []string{"order", "relay"}, env(map[string]string{"RELAY_PARTITIONS": "1025"}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "RELAY_PARTITIONS") {
+		t.Fatalf("1025 partitions: error %v", err)
 	}
 	err = run(t.Context(), []string{"order", "relay"}, env(map[string]string{
 		"RELAY_LOCK_TIMEOUT": "2s", "RELAY_LOCK_KEEPALIVE": "1500ms",

@@ -15,6 +15,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/services/order/internal/events"
 	"example.com/shop/services/order/internal/order"
 )
 
@@ -140,10 +141,15 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as
+// aggregate key (so the relay keeps one order's events in order) and as
 // correlation id.
 func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
 	for _, e := range o.Events() {
-		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), e.Payload); err != nil {
+		name, payload, err := events.Outbox(e)
+		if err != nil {
+			return err
+		}
+		if _, err := s.outbox.Write(ctx, tx, name, o.ID().String(), o.ID().String(), payload); err != nil {
 			return err
 		}
 	}

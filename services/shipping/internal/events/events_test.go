@@ -34,7 +34,7 @@ type handled struct {
 	err       error
 }
 
-// testTopology is the shipping part of amqp.DefaultTopology under unique
+// testTopology is the shipping topology (amqp.EventTopology) under unique
 // names on the test broker, so tests run in parallel without a vhost each; it
 // is deleted when the test ends.
 func testTopology(t *testing.T) amqp.Topology {
@@ -191,7 +191,7 @@ func (r *rig) publish(t *testing.T, env contracts.Envelope) {
 		t.Fatal(err)
 	}
 	msg := amqp.Message{RoutingKey: env.EventName, MessageID: env.EventID.String(), Type: env.EventName, Body: body}
-	if err := r.pub.PublishOne(testkit.Context(t), msg, waitFor); err != nil {
+	if _, err := r.pub.PublishBatch(testkit.Context(t), []amqp.Message{msg}, waitFor); err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
 	}
 }
