@@ -132,8 +132,8 @@ func TestDuplicateRepublish(t *testing.T) {
 		}
 	}
 	rs, err := s.api.Reservations(ctx, o.ID)
-	if err != nil || len(rs) != 2 {
-		t.Errorf("reservations after the duplicate = %v (err %v), want the 2 lines once", rs, err)
+	if err != nil || len(rs) != 2 || len(system.Held(rs)) != 2 {
+		t.Errorf("reservations after the duplicate = %v (err %v), want the 2 lines held once", rs, err)
 	}
 	s.invariants(ctx)
 }
@@ -158,13 +158,14 @@ func TestCancelAfterPlace(t *testing.T) {
 	if err != nil || got.Status != "cancelled" || got.Version != 3 {
 		t.Fatalf("order after cancel = %+v (err %v), want cancelled at version 3", got, err)
 	}
+	// The released reservations stay visible, with status released.
 	eventually(t, "reservations released", func() string {
 		rs, err := s.api.Reservations(ctx, o.ID)
 		if err != nil {
 			return err.Error()
 		}
-		if len(rs) != 0 {
-			return fmt.Sprintf("%d reservations held", len(rs))
+		if held := system.Held(rs); len(rs) != len(o.Lines) || len(held) != 0 {
+			return fmt.Sprintf("%d reservations, %d held: %+v; want %d, all released", len(rs), len(held), rs, len(o.Lines))
 		}
 		return ""
 	})
@@ -343,6 +344,9 @@ func (s *shop) waitReserved(ctx context.Context, o system.Order) {
 		}
 		got := map[string]string{}
 		for _, r := range rs {
+			if r.Status != "held" {
+				return fmt.Sprintf("reservation %+v is not held", r)
+			}
 			if _, dup := got[r.ProductID]; dup {
 				return fmt.Sprintf("product %s reserved twice: %+v", r.ProductID, rs)
 			}

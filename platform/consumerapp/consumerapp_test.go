@@ -63,20 +63,19 @@ func sampleSpec(t testing.TB) consumerapp.Spec {
 			ib.Register(contracts.EventOrderCancelled, record)
 		},
 		Routes: func(r chi.Router, pool *pgxpool.Pool, _ *slog.Logger) {
-			r.Get("/seen/{order_id}", func(w http.ResponseWriter, r *http.Request) {
-				orderID, p := httpx.URLParamUUID(r, "order_id")
-				if p != nil {
-					httpx.WriteProblem(w, r, *p)
-					return
+			r.Get("/seen/{order_id}", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+				orderID, err := httpx.PathUUID(r, "order_id")
+				if err != nil {
+					return err
 				}
 				rows, _ := pool.Query(r.Context(), `SELECT event_name FROM seen WHERE order_id = $1 ORDER BY event_name`, orderID)
 				names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				if err != nil {
-					httpx.WriteProblem(w, r, httpx.Problem{Status: http.StatusInternalServerError, Title: "query failed"})
-					return
+					return err
 				}
 				httpx.WriteJSON(w, http.StatusOK, names)
-			})
+				return nil
+			}))
 		},
 	}
 }

@@ -2,22 +2,24 @@ package httpx
 
 import (
 	"encoding"
-	"encoding/json"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 )
 
 // MaxBodyBytes is the largest request body accepted, in bytes (1 MiB). Larger bodies are
-// answered with 413 Request Entity Too Large.
+// answered with 413 (KindBodyTooLarge).
 const MaxBodyBytes = 1 << 20
 
 // WriteJSON writes v as JSON with the given status code and Content-Type application/json.
@@ -28,9 +30,9 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 		w.WriteHeader(status)
 		return
 	}
-	body, err := json.Marshal(v)
+	body, err := stdjson.Marshal(v)
 	if err != nil {
-		WriteProblem(w, nil, NewProblem(http.StatusInternalServerError, "the response could not be encoded"))
+		writeProblem(w, nil, KindInternal, "the response could not be encoded", nil)
 		return
 	}
 	w.Header().Set("Content-Type", ContentTypeJSON)
@@ -38,121 +40,131 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// DecodeJSON decodes the request body, one JSON value, into dst (a non-nil pointer). It
-// returns nil on success, or the Problem to send:
-//   - 415 when Content-Type is not application/json (parameters allowed; a charset other
-//     than utf-8 is refused);
-//   - 413 when the body exceeds MaxBodyBytes;
-//   - 400 when the body is empty, malformed (detail gives the byte offset), holds a field
-//     dst does not have (Field names it), a value of the wrong type (Field names it), or
-//     data after the first value;
-//   - 500 when dst is not a non-nil pointer (a programming error).
+// DecodeJSON decodes the request body, one JSON value, into dst (a non-nil pointer),
+// strictly: member names match dst's json tags exactly (case-sensitive), a member named
+// twice or one dst does not have is refused, and so are invalid UTF-8 and data after the
+// value. A JSON null leaves the field at its zero value. It returns nil or an *Error:
+//   - KindUnsupportedMediaType when Content-Type is not application/json (parameters
+//     allowed; a charset other than utf-8 is refused);
+//   - KindBodyTooLarge when the body exceeds MaxBodyBytes;
+//   - KindInvalidRequest when the body is empty or malformed (detail gives the byte
+//     offset), or when a member is duplicated, unknown or of the wrong JSON type; Errors
+//     then holds its RFC 6901 JSON Pointer, such as "/lines/1/product_id";
+//   - KindInternal when dst is not a non-nil pointer (a programming error).
 //
 // w is used only to limit the body (http.MaxBytesReader); DecodeJSON writes nothing.
-func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) *Problem {
-	if p := checkJSONContentType(r.Header.Get("Content-Type")); p != nil {
-		return p
+func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		return err
 	}
-	if r.Body == nil {
-		p := NewProblem(http.StatusBadRequest, "request body is empty")
-		return &p
+	if r.Body == nil || r.Body == http.NoBody {
+		return invalidBody("", "request body is empty")
 	}
-	body := &countingReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return decodeProblem(err, body.n)
-	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-		return nil
-	case isTooLarge(err):
-		return decodeProblem(err, body.n)
-	default:
-		p := NewProblem(http.StatusBadRequest, "request body must hold a single JSON value")
-		return &p
-	}
+	return decodeStrict(&countingReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}, dst)
 }
 
-func checkJSONContentType(ct string) *Problem {
-	unsupported := func() *Problem {
-		p := NewProblem(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		return &p
+// decodeStrict decodes one JSON value from body into dst; see DecodeJSON.
+func decodeStrict(body *countingReader, dst any) error {
+	err := json.UnmarshalRead(body, dst, json.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
 	}
+	var (
+		tooLarge *http.MaxBytesError
+		syn      *jsontext.SyntacticError
+		sem      *json.SemanticError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{Kind: KindBodyTooLarge, Detail: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+	case errors.Is(err, io.ErrUnexpectedEOF) && !body.content:
+		return invalidBody("", "request body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalidBody("", fmt.Sprintf("malformed JSON at byte offset %d: the body ends in the middle of a value", body.n))
+	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
+		return invalidBody(string(syn.JSONPointer), "member appears twice")
+	case errors.As(err, &syn):
+		return invalidBody(string(syn.JSONPointer), fmt.Sprintf("malformed JSON at byte offset %d: %v", syn.ByteOffset, syn.Err))
+	case errors.As(err, &sem) && sem.GoType == nil:
+		// dst is not a non-nil pointer: the handler's mistake, not the client's.
+		return &Error{Kind: KindInternal, Err: err}
+	case errors.As(err, &sem) && errors.Is(sem.Err, json.ErrUnknownName):
+		return invalidBody(string(sem.JSONPointer), "unknown member")
+	case errors.As(err, &sem):
+		want := "must be " + jsonKind(sem.GoType)
+		if sem.JSONKind != jsontext.Kind(0) && jsonKindName(sem.JSONKind) != jsonKind(sem.GoType) {
+			want += ", not " + jsonKindName(sem.JSONKind)
+		} else if sem.Err != nil {
+			// The value has the right JSON kind but its text is refused, such as a
+			// malformed UUID or a number out of range.
+			want = "is not a valid value: " + sem.Err.Error()
+		}
+		return invalidBody(string(sem.JSONPointer), want)
+	}
+	return invalidBody("", "the request body cannot be decoded")
+}
+
+// invalidBody is a KindInvalidRequest error about the body value at pointer.
+func invalidBody(pointer, detail string) *Error {
+	where := "request body"
+	if pointer != "" {
+		where = pointer
+	}
+	return &Error{Kind: KindInvalidRequest, Detail: where + ": " + detail,
+		Errors: []FieldError{{Pointer: pointer, Detail: detail}}}
+}
+
+func checkJSONContentType(ct string) error {
+	unsupported := &Error{Kind: KindUnsupportedMediaType, Detail: "Content-Type must be application/json",
+		Errors: []FieldError{{Header: "Content-Type", Detail: "must be application/json"}}}
 	if ct == "" {
-		return unsupported()
+		return unsupported
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != ContentTypeJSON {
-		return unsupported()
+		return unsupported
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return unsupported()
+		return unsupported
 	}
 	return nil
 }
 
-func isTooLarge(err error) bool {
-	var mbe *http.MaxBytesError
-	return errors.As(err, &mbe)
-}
-
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it and notes whether any was not JSON
+// white space.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r       io.Reader
+	n       int64
+	content bool
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if !c.content {
+		c.content = strings.TrimLeft(string(p[:n]), " \t\r\n") != ""
+	}
 	return n, err
 }
 
-// decodeProblem maps an error of json.Decoder.Decode to a client-facing Problem; read is
-// the number of body bytes read, the offset of a premature end.
-func decodeProblem(err error, read int64) *Problem {
-	bad := func(detail, field string) *Problem {
-		p := NewProblem(http.StatusBadRequest, detail)
-		p.Field = field
-		return &p
+// jsonKindName names a JSON kind with an article.
+func jsonKindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	default:
+		return "a JSON value"
 	}
-	var (
-		syntaxErr  *json.SyntaxError
-		typeErr    *json.UnmarshalTypeError
-		invalidErr *json.InvalidUnmarshalError
-		tooLarge   *http.MaxBytesError
-	)
-	switch {
-	case errors.As(err, &tooLarge):
-		p := NewProblem(http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit))
-		return &p
-	case errors.Is(err, io.EOF):
-		return bad("request body is empty", "")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return bad(fmt.Sprintf("malformed JSON at byte offset %d: the body ends in the middle of a value", read), "")
-	case errors.As(err, &syntaxErr):
-		return bad(fmt.Sprintf("malformed JSON at byte offset %d", syntaxErr.Offset), "")
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return bad(fmt.Sprintf("request body must be %s, not %s", jsonKind(typeErr.Type), typeErr.Value), "")
-		}
-		return bad(fmt.Sprintf("field %q must be %s, not %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value), typeErr.Field)
-	case errors.As(err, &invalidErr):
-		p := NewProblem(http.StatusInternalServerError, "the request could not be decoded")
-		return &p
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if unq, uerr := strconv.Unquote(name); uerr == nil {
-			name = unq
-		}
-		return bad(fmt.Sprintf("unknown field %q", name), name)
-	}
-	// Errors returned by UnmarshalJSON or UnmarshalText methods of the target's types,
-	// such as "invalid UUID length: 3": they describe the value the client sent.
-	return bad("invalid value: "+err.Error(), "")
 }
 
 // jsonKind names the JSON kind a Go type is decoded from, with an article, for messages
@@ -169,9 +181,8 @@ func jsonKind(t reflect.Type) string {
 	case reflect.Bool:
 		return "a boolean"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
 		return "a number"
 	case reflect.String:
 		return "a string"
@@ -184,6 +195,32 @@ func jsonKind(t reflect.Type) string {
 	default:
 		return "a JSON value"
 	}
+}
+
+// PathUUID returns the chi URL parameter name parsed as a UUID in its canonical
+// 36-character form. A missing or malformed one is a KindInvalidRequest *Error naming the
+// parameter.
+func PathUUID(r *http.Request, name string) (uuid.UUID, error) {
+	return parseParamUUID(chi.URLParam(r, name), name, "path")
+}
+
+// QueryUUID returns the query parameter name parsed as a UUID in its canonical
+// 36-character form. A missing, repeated or malformed one is a KindInvalidRequest *Error
+// naming the parameter.
+func QueryUUID(r *http.Request, name string) (uuid.UUID, error) {
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil || len(vals[name]) != 1 {
+		return uuid.Nil, paramError(name, "query", "must be given once")
+	}
+	return parseParamUUID(vals[name][0], name, "query")
+}
+
+func parseParamUUID(s, name, in string) (uuid.UUID, error) {
+	id, err := ParseUUID(s)
+	if err != nil {
+		return uuid.Nil, paramError(name, in, "must be a UUID such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
+	}
+	return id, nil
 }
 
 // ErrNotUUID is the error of ParseUUID.
@@ -200,15 +237,7 @@ func ParseUUID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// URLParamUUID returns the chi URL parameter name parsed with ParseUUID. When it is
-// missing or malformed it returns a 400 Problem whose detail and Field name the
-// parameter.
-func URLParamUUID(r *http.Request, name string) (uuid.UUID, *Problem) {
-	id, err := ParseUUID(chi.URLParam(r, name))
-	if err != nil {
-		p := NewProblem(http.StatusBadRequest, fmt.Sprintf("path parameter %q must be a UUID", name))
-		p.Field = name
-		return uuid.UUID{}, &p
-	}
-	return id, nil
+func paramError(name, in, detail string) *Error {
+	return &Error{Kind: KindInvalidRequest, Detail: fmt.Sprintf("%s parameter %q %s", in, name, detail),
+		Errors: []FieldError{{Parameter: name, Detail: detail}}}
 }

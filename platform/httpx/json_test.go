@@ -1,9 +1,13 @@
 package httpx_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,25 +16,31 @@ import (
 	"example.com/shop/platform/httpx"
 )
 
-type item struct {
-	ID   uuid.UUID `json:"id"`
-	Name string    `json:"name"`
-	Qty  int       `json:"qty"`
+type line struct {
+	ProductID uuid.UUID `json:"product_id"`
+	Qty       int       `json:"qty"`
 }
 
-func itemHandler(w http.ResponseWriter, r *http.Request) {
+type item struct {
+	ID    uuid.UUID `json:"id"`
+	Name  string    `json:"name"`
+	Qty   int       `json:"qty"`
+	Lines []line    `json:"lines"`
+}
+
+func itemHandler(w http.ResponseWriter, r *http.Request) error {
 	var in item
-	if p := httpx.DecodeJSON(w, r, &in); p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+	if err := httpx.DecodeJSON(w, r, &in); err != nil {
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusCreated, in)
+	return nil
 }
 
 func TestDecodeJSON(t *testing.T) {
 	t.Parallel()
 	r, _, _ := newTestRouter(t)
-	r.Post("/items", itemHandler)
+	r.Post("/items", httpx.NewErrors(nil).Handle(itemHandler))
 	const id = "0190b0a8-2b7e-7c4e-8d3a-0f1e2d3c4b5a"
 
 	tests := []struct {
@@ -38,27 +48,37 @@ func TestDecodeJSON(t *testing.T) {
 		contentType string
 		body        string
 		status      int
-		field       string
+		kind        httpx.Kind
+		pointer     string // of the one field error; "-" for none
 		detail      string
 	}{
-		{"valid", "application/json", `{"id":"` + id + `","name":"pen","qty":2}`, 201, "", ""},
-		{"charset", "application/json; charset=UTF-8", `{"name":"pen"}`, 201, "", ""},
-		{"surrounding space", "application/json", " \n{\"name\":\"pen\"}\n ", 201, "", ""},
-		{"no content type", "", `{"name":"pen"}`, 415, "", "application/json"},
-		{"text/plain", "text/plain", `{"name":"pen"}`, 415, "", "application/json"},
-		{"other charset", "application/json; charset=latin1", `{"name":"pen"}`, 415, "", ""},
-		{"empty", "application/json", ``, 400, "", "empty"},
-		{"blank", "application/json", "  \n", 400, "", "empty"},
-		{"unknown field", "application/json", `{"name":"pen","colour":"red"}`, 400, "colour", `unknown field "colour"`},
-		{"malformed", "application/json", `{"name":"pen",}`, 400, "", "byte offset 15"},
-		{"truncated", "application/json", `{"name":"pen"`, 400, "", "byte offset 13"},
-		{"wrong type", "application/json", `{"qty":"two"}`, 400, "qty", `field "qty" must be an integer`},
-		{"wrong type uuid", "application/json", `{"id":42}`, 400, "id", `field "id" must be a string`},
-		{"bad uuid", "application/json", `{"id":"nope"}`, 400, "", "invalid value"},
-		{"not an object", "application/json", `[1,2]`, 400, "", "must be an object"},
-		{"trailing data", "application/json", `{"name":"pen"} {"name":"ink"}`, 400, "", "single JSON value"},
-		{"trailing garbage", "application/json", `{"name":"pen"}x`, 400, "", "single JSON value"},
-		{"too large", "application/json", `{"name":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, 413, "", "1048576"},
+		{"valid", "application/json", `{"id":"` + id + `","name":"pen","qty":2,"lines":[{"product_id":"` + id + `","qty":1}]}`, 201, "", "-", ""},
+		{"charset", "application/json; charset=UTF-8", `{"name":"pen"}`, 201, "", "-", ""},
+		{"surrounding space", "application/json", " \n{\"name\":\"pen\"}\n ", 201, "", "-", ""},
+		{"null members", "application/json", `{"name":null,"lines":null}`, 201, "", "-", ""},
+		{"no content type", "", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", "application/json"},
+		{"text/plain", "text/plain", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", "application/json"},
+		{"other charset", "application/json; charset=latin1", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", ""},
+		{"empty", "application/json", ``, 400, httpx.KindInvalidRequest, "", "empty"},
+		{"blank", "application/json", "  \n", 400, httpx.KindInvalidRequest, "", "empty"},
+		{"unknown member", "application/json", `{"name":"pen","colour":"red"}`, 400, httpx.KindInvalidRequest, "/colour", "unknown member"},
+		{"other case", "application/json", `{"Name":"pen"}`, 400, httpx.KindInvalidRequest, "/Name", "unknown member"},
+		{"unknown member in a line", "application/json", `{"lines":[{"qty":1},{"sku":"x"}]}`, 400, httpx.KindInvalidRequest, "/lines/1/sku", "unknown member"},
+		{"escaped pointer", "application/json", `{"a/b~c":1}`, 400, httpx.KindInvalidRequest, "/a~1b~0c", "unknown member"},
+		{"duplicate member", "application/json", `{"name":"pen","name":"ink"}`, 400, httpx.KindInvalidRequest, "/name", "twice"},
+		{"duplicate member in a line", "application/json", `{"lines":[{},{"qty":1,"qty":2}]}`, 400, httpx.KindInvalidRequest, "/lines/1/qty", "twice"},
+		{"malformed", "application/json", `{"name":"pen",}`, 400, httpx.KindInvalidRequest, "", "byte offset 13"},
+		{"truncated", "application/json", `{"name":"pen"`, 400, httpx.KindInvalidRequest, "", "byte offset 13"},
+		{"invalid UTF-8", "application/json", "{\"name\":\"\xff\"}", 400, httpx.KindInvalidRequest, "/name", "UTF-8"},
+		{"wrong type", "application/json", `{"qty":"two"}`, 400, httpx.KindInvalidRequest, "/qty", "must be a number, not a string"},
+		{"wrong type in a line", "application/json", `{"lines":[{"qty":1},{"product_id":42}]}`, 400, httpx.KindInvalidRequest, "/lines/1/product_id", "must be a string, not a number"},
+		{"fraction for an integer", "application/json", `{"qty":1.5}`, 400, httpx.KindInvalidRequest, "/qty", "not a valid value"},
+		{"lines not an array", "application/json", `{"lines":{}}`, 400, httpx.KindInvalidRequest, "/lines", "must be an array, not an object"},
+		{"bad uuid", "application/json", `{"id":"nope"}`, 400, httpx.KindInvalidRequest, "/id", "not a valid value"},
+		{"not an object", "application/json", `[1,2]`, 400, httpx.KindInvalidRequest, "", "must be an object, not an array"},
+		{"trailing data", "application/json", `{"name":"pen"} {"name":"ink"}`, 400, httpx.KindInvalidRequest, "", "after top-level value"},
+		{"trailing garbage", "application/json", `{"name":"pen"}x`, 400, httpx.KindInvalidRequest, "", "after top-level value"},
+		{"too large", "application/json", `{"name":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, 413, httpx.KindBodyTooLarge, "-", "1048576"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,13 +95,18 @@ func TestDecodeJSON(t *testing.T) {
 				return
 			}
 			p := decodeProblem(t, rec)
-			if p.Field != tt.field {
-				t.Errorf("field = %q, want %q", p.Field, tt.field)
+			if p.Type != tt.kind.Type() {
+				t.Errorf("type = %q, want %q", p.Type, tt.kind.Type())
+			}
+			if tt.pointer != "-" {
+				if len(p.Errors) != 1 || p.Errors[0].Pointer != tt.pointer || p.Errors[0].Detail == "" {
+					t.Errorf("errors = %+v, want one at pointer %q", p.Errors, tt.pointer)
+				}
 			}
 			if !strings.Contains(p.Detail, tt.detail) {
 				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.detail)
 			}
-			if strings.Contains(p.Detail, "httpx_test") || strings.Contains(p.Detail, "uuid.UUID") {
+			if strings.Contains(p.Detail, "httpx_test") || strings.Contains(p.Detail, "uuid.UUID") || strings.Contains(p.Detail, "Go ") {
 				t.Errorf("detail exposes Go types: %q", p.Detail)
 			}
 		})
@@ -94,23 +119,66 @@ func TestDecodeJSONLimitsBodyWithoutRouter(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/items", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
-	http.HandlerFunc(itemHandler).ServeHTTP(rec, req)
+	httpx.NewErrors(nil).Handle(itemHandler).ServeHTTP(rec, req)
 	if rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status = %d, want 413", rec.Code)
 	}
 }
 
-func TestURLParamUUID(t *testing.T) {
-	t.Parallel()
-	r, _, _ := newTestRouter(t)
-	r.Get("/orders/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id, p := httpx.URLParamUUID(r, "id")
-		if p != nil {
-			httpx.WriteProblem(w, r, *p)
+// FuzzDecodeJSON feeds arbitrary bodies to DecodeJSON: it never panics, it accepts a body
+// only when encoding/json reads the same value from it, and every refusal is an *Error
+// of a client kind whose field errors hold valid JSON Pointers.
+func FuzzDecodeJSON(f *testing.F) {
+	const id = "0190b0a8-2b7e-7c4e-8d3a-0f1e2d3c4b5a"
+	for _, seed := range []string{
+		`{"id":"` + id + `","name":"pen","qty":2,"lines":[{"product_id":"` + id + `","qty":1}]}`,
+		`{"Name":"pen"}`, `{"name":"pen","name":"ink"}`, `{"lines":[{},{"sku":1}]}`,
+		`{"lines":[{},{"qty":"x"}]}`, `{"qty":1e400}`, `{"a/b~":1}`, "{\"name\":\"\xff\"}",
+		`{"name":"pen"} x`, `[`, ``, ` `, `null`, `{"lines":null}`, `"\ud800"`, `{"name":"\u0000"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/items", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		var got item
+		err := httpx.DecodeJSON(httptest.NewRecorder(), req, &got)
+		if err == nil {
+			var want item
+			if err := json.Unmarshal(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("accepted %q as %+v; encoding/json reads %+v (%v)", body, got, want, err)
+			}
 			return
 		}
-		httpx.WriteJSON(w, http.StatusOK, map[string]string{"id": id.String()})
+		var he *httpx.Error
+		if !errors.As(err, &he) {
+			t.Fatalf("error %v is no *httpx.Error", err)
+		}
+		if !slices.Contains([]httpx.Kind{httpx.KindInvalidRequest, httpx.KindBodyTooLarge}, he.Kind) {
+			t.Fatalf("kind %q for body %q", he.Kind, body)
+		}
+		for _, fe := range he.Errors {
+			if fe.Pointer != "" && !strings.HasPrefix(fe.Pointer, "/") {
+				t.Fatalf("pointer %q is no JSON Pointer", fe.Pointer)
+			}
+			if fe.Detail == "" {
+				t.Fatalf("field error without detail: %+v", fe)
+			}
+		}
 	})
+}
+
+func TestPathUUID(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newTestRouter(t)
+	r.Get("/orders/{id}", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+		id, err := httpx.PathUUID(r, "id")
+		if err != nil {
+			return err
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"id": id.String()})
+		return nil
+	}))
 
 	const id = "0190b0a8-2b7e-7c4e-8d3a-0f1e2d3c4b5a"
 	rec := do(t, r, http.MethodGet, "/orders/"+id, nil)
@@ -124,24 +192,31 @@ func TestURLParamUUID(t *testing.T) {
 			continue
 		}
 		p := decodeProblem(t, rec)
-		if p.Field != "id" || !strings.Contains(p.Detail, `"id"`) {
+		if len(p.Errors) != 1 || p.Errors[0].Parameter != "id" || !strings.Contains(p.Detail, `"id"`) {
 			t.Errorf("%s: problem = %+v, want it to name the parameter", bad, p)
 		}
 	}
 }
 
-func TestWriteProblemDefaults(t *testing.T) {
+func TestQueryUUID(t *testing.T) {
 	t.Parallel()
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/orders/1/place", nil)
-	httpx.WriteProblem(rec, req, httpx.Problem{Status: http.StatusConflict, Detail: "order is not a draft"})
-	p := decodeProblem(t, rec)
-	want := httpx.Problem{Type: "about:blank", Title: "Conflict", Status: 409, Detail: "order is not a draft", Instance: "/orders/1/place"}
-	if p != want {
-		t.Errorf("problem = %+v, want %+v", p, want)
-	}
-	if rec.Header().Get("X-Content-Type-Options") != "nosniff" {
-		t.Error("nosniff not set")
+	const id = "0190b0a8-2b7e-7c4e-8d3a-0f1e2d3c4b5a"
+	for target, ok := range map[string]bool{
+		"/r?order_id=" + id:                     true,
+		"/r":                                    false,
+		"/r?order_id=":                          false,
+		"/r?order_id=abc":                       false,
+		"/r?order_id=" + id + "&order_id=" + id: false,
+		"/r?order_id=%zz":                       false,
+	} {
+		got, err := httpx.QueryUUID(httptest.NewRequest(http.MethodGet, target, nil), "order_id")
+		var he *httpx.Error
+		switch {
+		case ok && (err != nil || got.String() != id):
+			t.Errorf("%s: %v %v", target, got, err)
+		case !ok && (!errors.As(err, &he) || he.Kind != httpx.KindInvalidRequest || len(he.Errors) != 1 || he.Errors[0].Parameter != "order_id"):
+			t.Errorf("%s: error %#v, want an invalid-request error naming order_id", target, err)
+		}
 	}
 }
 

@@ -73,14 +73,13 @@ func NewRouter(logger *slog.Logger, reg *prometheus.Registry, checks ...Check) *
 		limitBody,
 	)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		WriteProblem(w, req, NewProblem(http.StatusNotFound, "no resource at this path"))
+		writeProblem(w, req, KindNotFound, "no resource at this path", nil)
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		if allow := allowedMethods(r, req); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		WriteProblem(w, req, NewProblem(http.StatusMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed here", req.Method)))
+		writeProblem(w, req, KindMethodNotAllowed, fmt.Sprintf("method %s is not allowed here", req.Method), nil)
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -138,7 +137,7 @@ func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
 				if ww, ok := w.(middleware.WrapResponseWriter); ok && ww.Status() != 0 {
 					panic(http.ErrAbortHandler)
 				}
-				WriteProblem(w, r, NewProblem(http.StatusInternalServerError, "an unexpected error occurred"))
+				writeProblem(w, r, KindInternal, "an unexpected error occurred", nil)
 			}()
 			next.ServeHTTP(w, r)
 		})
@@ -289,7 +288,7 @@ func readyHandler(logger *slog.Logger, checks []Check) http.HandlerFunc {
 		if len(names) > 1 {
 			detail = "checks " + strings.Join(names, ", ") + " failed"
 		}
-		WriteProblem(w, r, NewProblem(http.StatusServiceUnavailable, detail))
+		writeProblem(w, r, KindUnavailable, detail, nil)
 	}
 }
 

@@ -58,7 +58,7 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load(
 func StartingRouter(logger *slog.Logger, reg *prometheus.Registry, detail string, checks ...Check) *chi.Mux {
 	r := NewRouter(logger, reg, checks...)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		WriteProblem(w, req, NewProblem(http.StatusServiceUnavailable, detail))
+		writeProblem(w, req, KindUnavailable, detail, nil)
 	})
 	return r
 }

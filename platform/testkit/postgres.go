@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/platform/config"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
 )
@@ -29,7 +30,7 @@ func findPostgres() (string, error) {
 	}
 	cURL, cErr := startPostgresContainer()
 	if cErr != nil {
-		return "", fmt.Errorf("%s does not answer (%v) and no container could be started (%v)", maskedHost(url), err, cErr)
+		return "", fmt.Errorf("%s does not answer (%v) and no container could be started (%v)", config.MaskURL(url), err, cErr)
 	}
 	return cURL, nil
 }
@@ -176,16 +177,8 @@ func withDatabase(t testing.TB, server, name string) string {
 	t.Helper()
 	u, err := url.Parse(server)
 	if err != nil || u.Scheme == "" {
-		t.Fatalf("testkit: %s must be a postgres:// URL", maskedHost(server))
+		t.Fatalf("testkit: %s must be a postgres:// URL", config.MaskURL(server))
 	}
 	u.Path = "/" + name
 	return u.String()
-}
-
-func maskedHost(url string) string {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return "the configured server"
-	}
-	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"example.com/shop/platform/config"
 )
 
 // applied holds the SQL files ApplySQLFile ran, by path, once per test binary.
@@ -49,7 +51,7 @@ func URLAs(t testing.TB, databaseURL, role string) string {
 	t.Helper()
 	u, err := url.Parse(databaseURL)
 	if err != nil {
-		t.Fatalf("testkit: %s: %v", maskedHost(databaseURL), err)
+		t.Fatalf("testkit: %s: %v", config.MaskURL(databaseURL), err)
 	}
 	u.User = url.User(role)
 	return u.String()

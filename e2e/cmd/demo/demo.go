@@ -296,8 +296,8 @@ func (d *demo) reservations(ctx context.Context, id string, want int) error {
 		if err != nil {
 			return err.Error()
 		}
-		if len(rs) != want {
-			return fmt.Sprintf("%d reservations, want %d", len(rs), want)
+		if held := system.Held(rs); len(held) != want {
+			return fmt.Sprintf("%d reservations held, want %d", len(held), want)
 		}
 		return ""
 	})
@@ -453,7 +453,7 @@ func (d *demo) cancel(ctx context.Context) error {
 	if err := d.reservations(ctx, o.ID, 0); err != nil {
 		return err
 	}
-	d.ui.say("stock released its reservations")
+	d.ui.say("stock released its reservations (GET /reservations shows them with status released)")
 	if err := d.shipping(ctx, o.ID, "cancelled", 3); err != nil {
 		return err
 	}
@@ -511,6 +511,7 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, d.first.ID, co
 	if err != nil {
 		return err
 	}
+	rs = system.Held(rs)
 	d.ui.say("stock and shipping found its event_id in processed_event and skipped it")
 	d.ui.say("inbox_duplicates_total: stock %v -> %v, shipping %v -> %v", st0, st1, sh0, sh1)
 	d.ui.say("stock processed_event rows %d -> %d; the cancelled order still holds %d reservations", keysBefore, keysAfter, len(rs))

@@ -283,9 +283,10 @@ FROM order_status s LEFT JOIN shipment sh ON sh.order_id = s.order_id`)
 	return r, nil
 }
 
-// reservationsQuery lists the reservation rows stock holds, one row per
-// reserved line: order id, product id, quantity with trailing zeros trimmed.
-const reservationsQuery = `SELECT order_id::text, product_id::text, trim_scale(quantity)::text FROM reservation`
+// reservationsQuery lists the reservation rows stock holds (released ones are
+// left out), one row per reserved line: order id, product id, quantity with
+// trailing zeros trimmed.
+const reservationsQuery = `SELECT order_id::text, product_id::text, trim_scale(quantity)::text FROM reservation WHERE status = 'held'`
 
 func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shipState) {
 	switch o.status {

@@ -52,7 +52,7 @@ func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[stri
 	l.Placed = rep.Orders["placed"]
 	l.Lost = rep.Lost + rep.OutboxEvents - rep.OutboxPublished
 	l.Doubled = rep.DoubleReserved
-	if err := r.DBs.Stock.QueryRow(ctx, `SELECT count(DISTINCT order_id) FROM reservation`).Scan(&l.Reserved); err != nil {
+	if err := r.DBs.Stock.QueryRow(ctx, `SELECT count(DISTINCT order_id) FROM reservation WHERE status = 'held'`).Scan(&l.Reserved); err != nil {
 		return l, fmt.Errorf("count reserved orders: %w", err)
 	}
 	// The dead-letter queues should hold what is expected; give a late

@@ -31,6 +31,18 @@ type Reservation struct {
 	OrderID   string `json:"order_id"`
 	ProductID string `json:"product_id"`
 	Quantity  string `json:"quantity"`
+	Status    string `json:"status"` // held, or released once the order is cancelled
+}
+
+// Held returns the reservations of rs that still hold their stock.
+func Held(rs []Reservation) []Reservation {
+	var held []Reservation
+	for _, r := range rs {
+		if r.Status == "held" {
+			held = append(held, r)
+		}
+	}
+	return held
 }
 
 // OrderStatus is shipping's versioned copy of an order's status.
@@ -87,7 +99,7 @@ func (c *Client) Order(ctx context.Context, id string) (Order, int, error) {
 	return o, status, err
 }
 
-// Reservations gets stock's reservations of one order.
+// Reservations gets stock's reservations of one order, held and released.
 func (c *Client) Reservations(ctx context.Context, orderID string) ([]Reservation, error) {
 	var rs []Reservation
 	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/reservations?order_id="+orderID, nil, &rs)

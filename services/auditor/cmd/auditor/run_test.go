@@ -87,7 +87,7 @@ func TestServeAnswersEveryRoute(t *testing.T) {
 		{"/audit", 200, `"unaccounted":{"shipping":0,"stock":0}`},
 		{"/board", 200, `"orders":[]`},
 		{"/metrics", 200, `delivery_unaccounted_events{consumer="stock"} 0`},
-		{"/orders/not-a-uuid/journey", 400, `"field":"id"`},
+		{"/orders/not-a-uuid/journey", 400, `"parameter":"id"`},
 		{"/orders/0190a4b2-7c3e-7000-8000-000000000001/journey", 404, "not found"},
 		{"/events/0190a4b2-7c3e-7000-8000-000000000001/journey", 404, "not found"},
 	} {

@@ -6,7 +6,6 @@ package api
 import (
 	"context"
 	"embed"
-	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -37,7 +36,7 @@ type API struct {
 	st       *store.Store
 	probe    *probe.Probe
 	openapi  []byte
-	logger   *slog.Logger
+	errs     *httpx.Errors
 
 	mu      sync.Mutex
 	boardAt time.Time
@@ -46,7 +45,8 @@ type API struct {
 
 // New returns the API. openapi is the OpenAPI document served at /openapi.yaml.
 func New(audit *auditor.Audit, journeys *auditor.Journeys, st *store.Store, pr *probe.Probe, openapi []byte, logger *slog.Logger) *API {
-	return &API{auditor: audit, journeys: journeys, st: st, probe: pr, openapi: openapi, logger: logger}
+	return &API{auditor: audit, journeys: journeys, st: st, probe: pr, openapi: openapi,
+		errs: httpx.NewErrors(logger, errorRules()...)}
 }
 
 func (a *API) page(w http.ResponseWriter, r *http.Request) {
@@ -67,32 +67,30 @@ func (a *API) audit(w http.ResponseWriter, _ *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, a.auditor.Report())
 }
 
-func (a *API) orderJourney(w http.ResponseWriter, r *http.Request) {
-	id, p := httpx.URLParamUUID(r, "id")
-	if p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+func (a *API) orderJourney(w http.ResponseWriter, r *http.Request) error {
+	id, err := httpx.PathUUID(r, "id")
+	if err != nil {
+		return err
 	}
 	j, err := a.journeys.Order(r.Context(), id)
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusOK, j)
+	return nil
 }
 
-func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) {
-	id, p := httpx.URLParamUUID(r, "event_id")
-	if p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
+	id, err := httpx.PathUUID(r, "event_id")
+	if err != nil {
+		return err
 	}
 	j, err := a.journeys.Event(r.Context(), id)
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusOK, j)
+	return nil
 }
 
 // Board is the live page's data: the latest orders, the counters and the audit.
@@ -123,18 +121,18 @@ type Detail struct {
 	DeadLetters       *int     `json:"dead_letters"`
 }
 
-func (a *API) board(w http.ResponseWriter, r *http.Request) {
+func (a *API) board(w http.ResponseWriter, r *http.Request) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if time.Since(a.boardAt) > boardMaxAge {
 		b, err := a.readBoard(r.Context())
 		if err != nil {
-			a.writeError(w, r, err)
-			return
+			return err
 		}
 		a.last, a.boardAt = b, time.Now()
 	}
 	httpx.WriteJSON(w, http.StatusOK, a.last)
+	return nil
 }
 
 func (a *API) readBoard(ctx context.Context) (Board, error) {
@@ -205,18 +203,12 @@ func add(p *float64, v float64) *float64 {
 	return &v
 }
 
-// writeError is the one place that turns an error into a response: not found is a
-// 404, a cancelled request a 503, anything else is logged and answered with a 500 that
-// reveals nothing internal.
-func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, auditor.ErrNotFound):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusNotFound, err.Error()))
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "the request was cancelled"))
-	default:
-		a.logger.ErrorContext(r.Context(), "auditor request failed",
-			slog.String("path", r.URL.Path), slog.Any("error", err))
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusInternalServerError, "an unexpected error occurred"))
+// errorRules maps the auditor's errors to problem types for httpx.Errors.Write, the
+// one function that answers every failed request (docs/api-problems.md): an unknown
+// order or event is a 404; a malformed id is a 400 (httpx.PathUUID); anything else is
+// logged and answered with a 500 that reveals nothing internal.
+func errorRules() []httpx.Rule {
+	return []httpx.Rule{
+		{Is: auditor.ErrNotFound, Kind: httpx.KindNotFound, Detail: "no order or event has this id: not found"},
 	}
 }

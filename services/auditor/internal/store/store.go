@@ -318,7 +318,7 @@ func (s *Store) StateCopies(ctx context.Context, consumer string, orderIDs []uui
 	var effect string
 	switch consumer {
 	case "stock":
-		effect = `(SELECT count(*) || ' reservations' FROM reservation r WHERE r.order_id = s.order_id)`
+		effect = `(SELECT count(*) || ' reservations' FROM reservation r WHERE r.order_id = s.order_id AND r.status = 'held')`
 	case "shipping":
 		effect = `(SELECT 'shipment ' || sh.status FROM shipment sh WHERE sh.order_id = s.order_id)`
 	default:

@@ -41,10 +41,10 @@ const IdempotencyConsumer = "order-api"
 // API serves the order routes. It holds no per-request state and is safe for
 // concurrent use.
 type API struct {
-	store  *store.Store
-	idem   *inbox.Consumer
-	logger *slog.Logger
-	now    func() time.Time
+	store *store.Store
+	idem  *inbox.Consumer
+	errs  *httpx.Errors
+	now   func() time.Time
 }
 
 // New returns the API on st. A nil logger discards logs; the idempotency inbox
@@ -54,7 +54,7 @@ func New(st *store.Store, logger *slog.Logger, reg prometheus.Registerer) *API {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	idem := inbox.NewConsumer(inbox.Config{Name: IdempotencyConsumer, Mode: inbox.ReturnStored, Logger: logger, Registerer: reg})
-	return &API{store: st, idem: idem, logger: logger, now: time.Now}
+	return &API{store: st, idem: idem, errs: httpx.NewErrors(logger, errorRules()...), now: time.Now}
 }
 
 // answer is a response of a POST route, as the idempotency inbox stores it and
@@ -75,21 +75,19 @@ func orderAnswer(status int, o *order.Order, location string) (answer, error) {
 	return answer{Status: status, Location: location, Body: string(body) + "\n"}, nil
 }
 
-// idempotencyKey returns the request's Idempotency-Key ("" without one). It
-// answers 400 and returns false when the header is repeated or malformed.
-func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+// idempotencyKey returns the request's Idempotency-Key ("" without one), or a
+// KindInvalidRequest error naming the header when it is repeated or malformed.
+func idempotencyKey(r *http.Request) (string, error) {
 	keys := r.Header.Values(headerIdempotencyKey)
 	if len(keys) == 0 {
-		return "", true
+		return "", nil
 	}
 	if len(keys) > 1 || !validIdempotencyKey(keys[0]) {
-		p := httpx.NewProblem(http.StatusBadRequest,
-			fmt.Sprintf("%s must be given once, 1 to %d visible ASCII characters", headerIdempotencyKey, maxIdempotencyKey))
-		p.Field = headerIdempotencyKey
-		httpx.WriteProblem(w, r, p)
-		return "", false
+		detail := fmt.Sprintf("must be given once, 1 to %d visible ASCII characters", maxIdempotencyKey)
+		return "", &httpx.Error{Kind: httpx.KindInvalidRequest, Detail: headerIdempotencyKey + " " + detail,
+			Errors: []httpx.FieldError{{Header: headerIdempotencyKey, Detail: detail}}}
 	}
-	return keys[0], true
+	return keys[0], nil
 }
 
 func validIdempotencyKey(k string) bool {
@@ -104,14 +102,14 @@ func validIdempotencyKey(k string) bool {
 	return true
 }
 
-// respond runs op and writes its answer. Without a key op runs in a transaction of
+// respond runs op and writes its answer, or returns the error. Without a key op runs in a transaction of
 // its own. With a key it runs through the idempotency inbox in mode ReturnStored:
 // the key, content (the canonical request: route, order id, normalised body),
 // op's writes and its answer commit together; a request with the same key and
 // content gets the stored answer with Idempotent-Replayed: true, even when the
 // order changed since, and one with the same key and another content 422. An op
 // that fails stores nothing, so its retry runs again.
-func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, content []byte, op func(context.Context, store.Tx) (answer, error)) {
+func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, content []byte, op func(context.Context, store.Tx) (answer, error)) error {
 	var (
 		ans      answer
 		replayed bool
@@ -134,8 +132,7 @@ func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, conten
 		}
 	}
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	if ans.Location != "" {
 		w.Header().Set("Location", ans.Location)
@@ -146,33 +143,31 @@ func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, conten
 	w.Header().Set("Content-Type", httpx.ContentTypeJSON)
 	w.WriteHeader(ans.Status)
 	_, _ = io.WriteString(w, ans.Body)
+	return nil
 }
 
 // createOrder handles POST /orders: 201 with the new draft order and its
 // Location; with an Idempotency-Key already used for the same request, the first
 // answer again (see respond); 400/413/415 for a body that cannot be decoded; 422
 // for a value that is not acceptable or a key used with another request.
-func (a *API) createOrder(w http.ResponseWriter, r *http.Request) {
-	key, ok := idempotencyKey(w, r)
-	if !ok {
-		return
+func (a *API) createOrder(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
 	}
 	var req createOrderRequest
-	if p := httpx.DecodeJSON(w, r, &req); p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+	if err := httpx.DecodeJSON(w, r, &req); err != nil {
+		return err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		a.writeError(w, r, fmt.Errorf("new order id: %w", err))
-		return
+		return fmt.Errorf("new order id: %w", err)
 	}
 	o, err := req.toOrder(id, a.now())
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
-	a.respond(w, r, key, createContent(o), func(ctx context.Context, tx store.Tx) (answer, error) {
+	return a.respond(w, r, key, createContent(o), func(ctx context.Context, tx store.Tx) (answer, error) {
 		if err := tx.Create(ctx, o); err != nil {
 			return answer{}, err
 		}
@@ -195,18 +190,17 @@ func createContent(o *order.Order) []byte {
 
 // getOrder handles GET /orders/{id}: 200 with the order, 400 for an id that
 // is not a UUID, 404 when no order has it.
-func (a *API) getOrder(w http.ResponseWriter, r *http.Request) {
-	id, p := httpx.URLParamUUID(r, "id")
-	if p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+func (a *API) getOrder(w http.ResponseWriter, r *http.Request) error {
+	id, err := httpx.PathUUID(r, "id")
+	if err != nil {
+		return err
 	}
 	o, err := a.store.Get(r.Context(), id)
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusOK, toResponse(o))
+	return nil
 }
 
 // placeOrder handles POST /orders/{id}/place: 200 with the placed order, 400
@@ -214,32 +208,31 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) {
 // transition, the new version and the order.order.placed.v1 outbox row commit
 // together (store.Tx.Update). With an Idempotency-Key a retry gets the first 200
 // again, even after the order changed (see respond).
-func (a *API) placeOrder(w http.ResponseWriter, r *http.Request) {
-	a.transition(w, r, (*order.Order).Place)
+func (a *API) placeOrder(w http.ResponseWriter, r *http.Request) error {
+	return a.transition(w, r, (*order.Order).Place)
 }
 
 // cancelOrder handles POST /orders/{id}/cancel: 200 with the cancelled order,
 // 400 for a bad id, 404 for an unknown order, 409 when it is already
 // cancelled. The order.order.cancelled.v1 outbox row commits with it. An
 // Idempotency-Key works as for placeOrder.
-func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) {
-	a.transition(w, r, (*order.Order).Cancel)
+func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) error {
+	return a.transition(w, r, (*order.Order).Cancel)
 }
 
-func (a *API) transition(w http.ResponseWriter, r *http.Request, apply func(*order.Order, time.Time) error) {
-	key, ok := idempotencyKey(w, r)
-	if !ok {
-		return
+func (a *API) transition(w http.ResponseWriter, r *http.Request, apply func(*order.Order, time.Time) error) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
 	}
-	id, p := httpx.URLParamUUID(r, "id")
-	if p != nil {
-		httpx.WriteProblem(w, r, *p)
-		return
+	id, err := httpx.PathUUID(r, "id")
+	if err != nil {
+		return err
 	}
 	// The route and the order are the request: one key on another order or
 	// another transition is a conflict.
 	content := []byte("POST " + chi.RouteContext(r.Context()).RoutePattern() + " " + id.String())
-	a.respond(w, r, key, content, func(ctx context.Context, tx store.Tx) (answer, error) {
+	return a.respond(w, r, key, content, func(ctx context.Context, tx store.Tx) (answer, error) {
 		var changed *order.Order
 		err := tx.Update(ctx, id, func(o *order.Order) error {
 			if err := apply(o, a.now()); err != nil {

@@ -134,6 +134,8 @@ func decodeOrder(t *testing.T, r response) orderJSON {
 	return o
 }
 
+// checkProblem checks that r is a problem of status with a documented type and, unless
+// field is "", that its errors locate field: a JSON Pointer, a header or a parameter.
 func checkProblem(t *testing.T, r response, status int, field string) {
 	t.Helper()
 	if r.status != status {
@@ -149,9 +151,18 @@ func checkProblem(t *testing.T, r response, status int, field string) {
 	if p.Status != status || p.Title == "" {
 		t.Fatalf("problem = %+v", p)
 	}
-	if p.Field != field {
-		t.Fatalf("problem field = %q, want %q (%s)", p.Field, field, p.Detail)
+	if !strings.HasPrefix(p.Type, httpx.ProblemTypeBase) {
+		t.Fatalf("problem type %q is not documented", p.Type)
 	}
+	if field == "" {
+		return
+	}
+	for _, fe := range p.Errors {
+		if (fe.Pointer == field || fe.Header == field || fe.Parameter == field) && fe.Detail != "" {
+			return
+		}
+	}
+	t.Fatalf("problem errors = %+v, want one at %q (%s)", p.Errors, field, p.Detail)
 }
 
 func (e *env) count(t *testing.T, table string) int {
@@ -353,31 +364,37 @@ func TestBadInput(t *testing.T) {
 		{name: "empty body", body: ``, status: 400},
 		{name: "not an object", body: `[1,2]`, status: 400},
 		{name: "trailing data", body: body(line("1")) + `{}`, status: 400},
-		{name: "unknown field", body: `{"customer_id":"` + customer + `","lines":[` + line("1") + `],"discount":5}`, status: 400, field: "discount"},
-		{name: "unknown line field", body: body(`{"product_id":"` + product + `","quantity":"1","price":"3"}`), status: 400, field: "price"},
-		{name: "quantity as number", body: body(`{"product_id":"` + product + `","quantity":2}`), status: 400, field: "lines.quantity"},
-		{name: "customer_id as number", body: `{"customer_id":7,"lines":[` + line("1") + `]}`, status: 400, field: "customer_id"},
+		{name: "unknown field", body: `{"customer_id":"` + customer + `","lines":[` + line("1") + `],"discount":5}`, status: 400, field: "/discount"},
+		{name: "unknown line field", body: body(`{"product_id":"` + product + `","quantity":"1","price":"3"}`), status: 400, field: "/lines/0/price"},
+		{name: "quantity as number", body: body(`{"product_id":"` + product + `","quantity":2}`), status: 400, field: "/lines/0/quantity"},
+		{name: "customer_id as number", body: `{"customer_id":7,"lines":[` + line("1") + `]}`, status: 400, field: "/customer_id"},
+		{name: "field name in another case", body: `{"Customer_ID":"` + customer + `","lines":[` + line("1") + `]}`, status: 400, field: "/Customer_ID"},
+		{name: "duplicate key", body: `{"customer_id":"` + customer + `","customer_id":"` + customer + `","lines":[` + line("1") + `]}`, status: 400, field: "/customer_id"},
+		{name: "duplicate key in a line", body: body(`{"product_id":"` + product + `","quantity":"1","quantity":"2"}`), status: 400, field: "/lines/0/quantity"},
+		{name: "product_id as number on the second line", body: body(line("1"), `{"product_id":7,"quantity":"1"}`), status: 400, field: "/lines/1/product_id"},
+		{name: "unknown field on the second line", body: body(line("1"), `{"product_id":"`+uuid.NewString()+`","quantity":"1","sku":"x"}`), status: 400, field: "/lines/1/sku"},
+		{name: "lines as object", body: `{"customer_id":"` + customer + `","lines":{}}`, status: 400, field: "/lines"},
 		{name: "wrong content type", contentType: "text/plain", body: body(line("1")), status: 415},
-		{name: "body too large", body: `{"customer_id":"` + customer + `","lines":[` + line("1") + `],"x":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, status: 413},
-		{name: "missing customer_id", body: `{"lines":[` + line("1") + `]}`, status: 422, field: "customer_id"},
-		{name: "bad customer_id", body: `{"customer_id":"nope","lines":[` + line("1") + `]}`, status: 422, field: "customer_id"},
-		{name: "customer_id braces", body: `{"customer_id":"{` + customer + `}","lines":[` + line("1") + `]}`, status: 422, field: "customer_id"},
-		{name: "nil customer_id", body: `{"customer_id":"00000000-0000-0000-0000-000000000000","lines":[` + line("1") + `]}`, status: 422, field: "customer_id"},
-		{name: "missing lines", body: `{"customer_id":"` + customer + `"}`, status: 422, field: "lines"},
-		{name: "null lines", body: `{"customer_id":"` + customer + `","lines":null}`, status: 422, field: "lines"},
-		{name: "empty lines", body: body(), status: 422, field: "lines"},
-		{name: "bad product_id", body: body(line("1"), `{"product_id":"123","quantity":"1"}`), status: 422, field: "lines[1].product_id"},
-		{name: "missing product_id", body: body(`{"quantity":"1"}`), status: 422, field: "lines[0].product_id"},
-		{name: "duplicate product", body: body(line("1"), line("2")), status: 422, field: "lines[1].product_id"},
-		{name: "missing quantity", body: body(`{"product_id":"` + product + `"}`), status: 422, field: "lines[0].quantity"},
-		{name: "zero quantity", body: body(line("0")), status: 422, field: "lines[0].quantity"},
-		{name: "zero quantity with decimals", body: body(line("0.000")), status: 422, field: "lines[0].quantity"},
-		{name: "negative quantity", body: body(line("-1")), status: 422, field: "lines[0].quantity"},
-		{name: "four decimals", body: body(line("1.0001")), status: 422, field: "lines[0].quantity"},
-		{name: "exponent", body: body(line("1e3")), status: 422, field: "lines[0].quantity"},
-		{name: "ten integer digits", body: body(line("1000000000")), status: 422, field: "lines[0].quantity"},
-		{name: "not a number", body: body(line("two")), status: 422, field: "lines[0].quantity"},
-		{name: "empty quantity", body: body(line("")), status: 422, field: "lines[0].quantity"},
+		{name: "body too large", body: `{"lines":[` + line("1") + `],"customer_id":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, status: 413},
+		{name: "missing customer_id", body: `{"lines":[` + line("1") + `]}`, status: 422, field: "/customer_id"},
+		{name: "bad customer_id", body: `{"customer_id":"nope","lines":[` + line("1") + `]}`, status: 422, field: "/customer_id"},
+		{name: "customer_id braces", body: `{"customer_id":"{` + customer + `}","lines":[` + line("1") + `]}`, status: 422, field: "/customer_id"},
+		{name: "nil customer_id", body: `{"customer_id":"00000000-0000-0000-0000-000000000000","lines":[` + line("1") + `]}`, status: 422, field: "/customer_id"},
+		{name: "missing lines", body: `{"customer_id":"` + customer + `"}`, status: 422, field: "/lines"},
+		{name: "null lines", body: `{"customer_id":"` + customer + `","lines":null}`, status: 422, field: "/lines"},
+		{name: "empty lines", body: body(), status: 422, field: "/lines"},
+		{name: "bad product_id", body: body(line("1"), `{"product_id":"123","quantity":"1"}`), status: 422, field: "/lines/1/product_id"},
+		{name: "missing product_id", body: body(`{"quantity":"1"}`), status: 422, field: "/lines/0/product_id"},
+		{name: "duplicate product", body: body(line("1"), line("2")), status: 422, field: "/lines/1/product_id"},
+		{name: "missing quantity", body: body(`{"product_id":"` + product + `"}`), status: 422, field: "/lines/0/quantity"},
+		{name: "zero quantity", body: body(line("0")), status: 422, field: "/lines/0/quantity"},
+		{name: "zero quantity with decimals", body: body(line("0.000")), status: 422, field: "/lines/0/quantity"},
+		{name: "negative quantity", body: body(line("-1")), status: 422, field: "/lines/0/quantity"},
+		{name: "four decimals", body: body(line("1.0001")), status: 422, field: "/lines/0/quantity"},
+		{name: "exponent", body: body(line("1e3")), status: 422, field: "/lines/0/quantity"},
+		{name: "ten integer digits", body: body(line("1000000000")), status: 422, field: "/lines/0/quantity"},
+		{name: "not a number", body: body(line("two")), status: 422, field: "/lines/0/quantity"},
+		{name: "empty quantity", body: body(line("")), status: 422, field: "/lines/0/quantity"},
 		{name: "bad idempotency key", body: body(line("1")), header: map[string]string{"Idempotency-Key": "has space"}, status: 400, field: "Idempotency-Key"},
 		{name: "get bad id", method: http.MethodGet, path: "/orders/nope", status: 400, field: "id"},
 		{name: "place bad id", path: "/orders/12345/place", status: 400, field: "id"},
@@ -710,5 +727,28 @@ VALUES ($1, $2, 'draft', 1, '2026-11-30 10:00:00.123+00', '2026-11-30 10:00:00.1
 	}
 	if n := e.count(t, "orders"); n != 1 {
 		t.Errorf("orders = %d, want 1", n)
+	}
+}
+
+// Every value at fault is reported at once, each at its JSON Pointer.
+func TestValidationLocatesEveryValue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	body := `{"customer_id":"nope","lines":[{"product_id":"` + uuid.NewString() + `","quantity":"1"},{"product_id":"x","quantity":"0"}]}`
+	r := e.post(t, "/orders", body)
+	checkProblem(t, r, http.StatusUnprocessableEntity, "/customer_id")
+	var p httpx.Problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, fe := range p.Errors {
+		got = append(got, fe.Pointer)
+	}
+	if want := []string{"/customer_id", "/lines/1/product_id", "/lines/1/quantity"}; !slices.Equal(got, want) {
+		t.Fatalf("pointers = %v, want %v (%s)", got, want, r.body)
+	}
+	if p.Type != httpx.KindValidation.Type() {
+		t.Errorf("type = %q, want %q", p.Type, httpx.KindValidation.Type())
 	}
 }

@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"example.com/shop/platform/httpx"
@@ -14,54 +12,33 @@ import (
 	"example.com/shop/services/order/internal/order"
 )
 
-// writeError is the one place that turns an error into a response. Domain
-// errors become their documented status with a problem+json body; anything
-// else is logged and answered with a 500 that reveals nothing internal.
+// errorRules maps the order domain's errors to problem types for httpx.Errors.Write,
+// the one function that answers every failed order request (docs/api-problems.md):
 //
-//   - *order.FieldError: 422 naming the field;
-//   - order.ErrNotFound: 404;
-//   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled): 409;
+//   - order.ErrNotFound: 404 not-found;
+//   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled): 409 conflict;
 //   - inbox.ErrConflict (an Idempotency-Key used with another request): 422
-//     naming the Idempotency-Key header;
-//   - a cancelled request context: 503 (the client has usually gone);
-//   - the database unavailable (pg.Unavailable: refused or dropped
-//     connections, a terminated session, no answer within DatabaseTimeout):
-//     503 with Retry-After, logged at WARN; the request changed nothing
-//     unless its transaction had committed, and repeating it with its
-//     Idempotency-Key is safe (it then gets the first answer).
-func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var fe *order.FieldError
-	switch {
-	case errors.As(err, &fe):
-		p := httpx.NewProblem(http.StatusUnprocessableEntity, fe.Field+": "+fe.Err.Error())
-		p.Field = fe.Field
-		httpx.WriteProblem(w, r, p)
-	case errors.Is(err, order.ErrNotFound):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusNotFound, "no order has this id"))
-	case errors.Is(err, order.ErrNotDraft):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "only a draft order can be placed"))
-	case errors.Is(err, order.ErrAlreadyCancelled):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order is already cancelled"))
-	case errors.Is(err, order.ErrInvalidTransition):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusConflict, "the order's status does not allow this"))
-	case errors.Is(err, inbox.ErrConflict):
-		p := httpx.NewProblem(http.StatusUnprocessableEntity,
-			"this Idempotency-Key was already used with a different request (another body, route or order)")
-		p.Field = headerIdempotencyKey
-		httpx.WriteProblem(w, r, p)
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		a.logger.InfoContext(r.Context(), "request cancelled", slog.String("path", r.URL.Path))
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable, "the request was cancelled"))
-	case pg.Unavailable(err) || errors.Is(context.Cause(r.Context()), errDatabaseTimeout):
-		a.logger.WarnContext(r.Context(), "order request: database unavailable",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusServiceUnavailable,
-			"the order database is unavailable; retry later"))
-	default:
-		a.logger.ErrorContext(r.Context(), "order request failed",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusInternalServerError, "an unexpected error occurred"))
+//     idempotency-key-reused, locating the header;
+//   - the database unavailable (pg.Unavailable: refused or dropped connections, a
+//     terminated session, no answer within DatabaseTimeout): 503 unavailable with
+//     Retry-After, logged at WARN; the request changed nothing unless its transaction had
+//     committed, and repeating it with its Idempotency-Key is safe (it then gets the
+//     first answer).
+//
+// Request values the handlers refuse are *httpx.Error values already (400
+// invalid-request, 422 validation, see toOrder); anything else is a 500 that reveals
+// nothing internal.
+func errorRules() []httpx.Rule {
+	return []httpx.Rule{
+		{Is: order.ErrNotFound, Kind: httpx.KindNotFound, Detail: "no order has this id"},
+		{Is: order.ErrNotDraft, Kind: httpx.KindConflict, Detail: "only a draft order can be placed"},
+		{Is: order.ErrAlreadyCancelled, Kind: httpx.KindConflict, Detail: "the order is already cancelled"},
+		{Is: order.ErrInvalidTransition, Kind: httpx.KindConflict, Detail: "the order's status does not allow this"},
+		{Is: inbox.ErrConflict, Kind: httpx.KindIdempotencyKeyReused,
+			Detail: "this Idempotency-Key was already used with a different request (another body, route or order)",
+			Errors: []httpx.FieldError{{Header: headerIdempotencyKey, Detail: "already used with a different request"}}},
+		{Match: pg.Unavailable, Kind: httpx.KindUnavailable, RetryAfter: RetryAfter,
+			Detail: "the order database is unavailable; retry later"},
 	}
 }
 

@@ -1,102 +1,102 @@
 package api_test
 
 import (
-	"bufio"
+	"encoding/json"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"example.com/shop/contracts"
+	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/outbox"
+	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/openapitest"
 	"example.com/shop/services/order/internal/api"
+	"example.com/shop/services/order/internal/store"
+	"example.com/shop/services/order/migrations"
 )
 
 const openAPIPath = "../../api/openapi.yaml"
 
-// openAPIOperations reads the "paths" section of an OpenAPI document and returns its
-// operations as "METHOD /path". It reads the YAML by indentation, which is all the
-// document's layout needs: path keys two spaces in, operation keys four.
-func openAPIOperations(t *testing.T, path string) []string {
+func loadOpenAPI(t *testing.T) []byte {
 	t.Helper()
-	f, err := os.Open(path)
+	spec, err := os.ReadFile(openAPIPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	methods := []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
-	var (
-		ops     []string
-		inPaths bool
-		current string
-	)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
-		case !strings.HasPrefix(line, " "):
-			inPaths = line == "paths:"
-		case !inPaths:
-		case strings.HasPrefix(line, "  /") && strings.HasSuffix(line, ":"):
-			current = strings.TrimSuffix(strings.TrimSpace(line), ":")
-		case strings.HasPrefix(line, "    ") && !strings.HasPrefix(line, "     "):
-			key := strings.TrimSuffix(strings.TrimSpace(line), ":")
-			if slices.Contains(methods, key) && current != "" {
-				ops = append(ops, strings.ToUpper(key)+" "+current)
-			}
-		}
+	if !strings.HasPrefix(string(spec), "openapi: 3.1.") {
+		t.Fatalf("%s does not start with openapi: 3.1.x", openAPIPath)
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return ops
-}
-
-// routeOperations lists the routes that api.API.Routes registers as "METHOD /path".
-func routeOperations(t *testing.T) []string {
-	t.Helper()
-	r := chi.NewRouter()
-	api.New(nil, nil, nil).Routes(r)
-	var ops []string
-	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		ops = append(ops, method+" "+route)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ops
+	return spec
 }
 
 // The OpenAPI document and routes.go describe the same operations, both ways.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
-	routes := routeOperations(t)
-	documented := openAPIOperations(t, openAPIPath)
-	if len(routes) == 0 || len(documented) == 0 {
-		t.Fatalf("routes %v, documented %v: both must be non-empty", routes, documented)
-	}
-	for _, op := range routes {
-		if !slices.Contains(documented, op) {
-			t.Errorf("route %s is missing from %s", op, openAPIPath)
-		}
-	}
-	for _, op := range documented {
-		if !slices.Contains(routes, op) {
-			t.Errorf("%s documents %s, which routes.go does not serve", openAPIPath, op)
-		}
-	}
+	r := chi.NewRouter()
+	api.New(nil, nil, nil).Routes(r)
+	openapitest.CheckRoutes(t, openapitest.Load(t, loadOpenAPI(t)), r)
 }
 
-func TestOpenAPIIsVersion31(t *testing.T) {
+// Every answer of the real API on a real database, success and problem alike, matches
+// api/openapi.yaml: status, headers (Retry-After), content type and body schema,
+// including the problem type of each status.
+func TestResponsesMatchOpenAPI(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(openAPIPath)
+	pool, url := testkit.NewDatabase(t, migrations.FS)
+	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(b), "openapi: 3.1.") {
-		t.Fatalf("%s does not start with openapi: 3.1.x", openAPIPath)
+	reg := prometheus.NewRegistry()
+	r := httpx.NewRouter(nil, reg)
+	api.New(store.New(pool, outbox.NewWriter(v, contracts.ProducerOrder)), nil, reg).Routes(r)
+	s := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)), r)
+
+	jsonBody := http.Header{"Content-Type": {"application/json"}}
+	withKey := func(key string) http.Header {
+		return http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}}
 	}
+	want := func(got openapitest.Response, status int) {
+		t.Helper()
+		if got.Status != status {
+			t.Fatalf("status %d, want %d: %s", got.Status, status, got.Body)
+		}
+	}
+	create := []byte(createBody(uuid.New(), "2", "0.5"))
+
+	created := s.Do(t, http.MethodPost, "/orders", withKey("k1"), create)
+	want(created, http.StatusCreated)
+	var o struct{ ID string }
+	if err := json.Unmarshal(created.Body, &o); err != nil {
+		t.Fatal(err)
+	}
+	want(s.Do(t, http.MethodPost, "/orders", withKey("k1"), create), http.StatusCreated) // replayed
+	want(s.Do(t, http.MethodPost, "/orders", withKey("k1"), []byte(createBody(uuid.New(), "1"))), http.StatusUnprocessableEntity)
+	want(s.Do(t, http.MethodPost, "/orders", jsonBody, []byte(`{"Customer_ID":"x"}`)), http.StatusBadRequest)
+	want(s.Do(t, http.MethodPost, "/orders", jsonBody, []byte(`{"customer_id":"x","lines":[]}`)), http.StatusUnprocessableEntity)
+	want(s.Do(t, http.MethodPost, "/orders", http.Header{"Content-Type": {"text/plain"}}, create), http.StatusUnsupportedMediaType)
+	want(s.Do(t, http.MethodPost, "/orders", jsonBody, []byte(`{"customer_id":"`+strings.Repeat("a", httpx.MaxBodyBytes)+`"}`)), http.StatusRequestEntityTooLarge)
+
+	want(s.Do(t, http.MethodGet, "/orders/"+o.ID, nil, nil), http.StatusOK)
+	want(s.Do(t, http.MethodGet, "/orders/"+uuid.NewString(), nil, nil), http.StatusNotFound)
+	want(s.Do(t, http.MethodGet, "/orders/nope", nil, nil), http.StatusBadRequest)
+
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", withKey("p1"), nil), http.StatusOK)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", withKey("p1"), nil), http.StatusOK) // replayed
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", nil, nil), http.StatusConflict)
+	want(s.Do(t, http.MethodPost, "/orders/"+uuid.NewString()+"/place", nil, nil), http.StatusNotFound)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", http.Header{"Idempotency-Key": {"has space"}}, nil), http.StatusBadRequest)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", nil, nil), http.StatusOK)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", nil, nil), http.StatusConflict)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", withKey("p1"), nil), http.StatusUnprocessableEntity)
+
+	testkit.RefuseConnections(t, url)
+	want(s.Do(t, http.MethodGet, "/orders/"+o.ID, nil, nil), http.StatusServiceUnavailable)
+	want(s.Do(t, http.MethodPost, "/orders", jsonBody, create), http.StatusServiceUnavailable)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,32 +31,62 @@ type lineRequest struct {
 	Quantity  string `json:"quantity"`
 }
 
-// toOrder checks the request and builds the draft order it asks for. Errors are
-// *order.FieldError values naming the request field at fault.
+// toOrder checks the request and builds the draft order it asks for. A value that
+// is not acceptable is a KindValidation *httpx.Error whose Errors locate every such
+// value by its JSON Pointer, such as "/lines/1/quantity".
 func (req createOrderRequest) toOrder(id uuid.UUID, now time.Time) (*order.Order, error) {
+	var bad []httpx.FieldError
+	reject := func(pointer string, err error) {
+		bad = append(bad, httpx.FieldError{Pointer: pointer, Detail: err.Error()})
+	}
 	customerID, err := parseUUID(req.CustomerID)
 	if err != nil {
-		return nil, &order.FieldError{Field: "customer_id", Err: err}
+		reject("/customer_id", err)
 	}
+	var lines []order.Line
 	if len(req.Lines) > order.MaxLines {
-		return nil, &order.FieldError{Field: "lines", Err: order.ErrTooManyLines}
+		reject("/lines", order.ErrTooManyLines)
+	} else {
+		lines = make([]order.Line, len(req.Lines))
+		for i, l := range req.Lines {
+			at := fmt.Sprintf("/lines/%d/", i)
+			productID, err := parseUUID(l.ProductID)
+			if err != nil {
+				reject(at+"product_id", err)
+			}
+			q, err := order.ParseQuantity(l.Quantity)
+			switch {
+			case l.Quantity == "":
+				reject(at+"quantity", order.ErrRequired)
+			case err != nil:
+				reject(at+"quantity", err)
+			}
+			lines[i] = order.Line{ProductID: productID, Quantity: q}
+		}
 	}
-	lines := make([]order.Line, len(req.Lines))
-	for i, l := range req.Lines {
-		productID, err := parseUUID(l.ProductID)
-		if err != nil {
-			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].product_id", i), Err: err}
-		}
-		if l.Quantity == "" {
-			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].quantity", i), Err: order.ErrRequired}
-		}
-		q, err := order.ParseQuantity(l.Quantity)
-		if err != nil {
-			return nil, &order.FieldError{Field: fmt.Sprintf("lines[%d].quantity", i), Err: err}
-		}
-		lines[i] = order.Line{ProductID: productID, Quantity: q}
+	if len(bad) > 0 {
+		return nil, invalid(bad)
 	}
-	return order.New(id, customerID, lines, now)
+	o, err := order.New(id, customerID, lines, now)
+	if fe := (*order.FieldError)(nil); errors.As(err, &fe) {
+		return nil, invalid([]httpx.FieldError{{Pointer: pointer(fe.Field), Detail: fe.Err.Error()}})
+	}
+	return o, err
+}
+
+// invalid is the KindValidation error of the values at fault.
+func invalid(bad []httpx.FieldError) *httpx.Error {
+	detail := bad[0].Pointer + ": " + bad[0].Detail
+	if len(bad) > 1 {
+		detail = fmt.Sprintf("%d request values are not acceptable (see errors)", len(bad))
+	}
+	return httpx.Invalid(detail, bad...)
+}
+
+// pointer turns the path of an order.FieldError ("lines[2].quantity") into the JSON
+// Pointer of that value in the request body ("/lines/2/quantity").
+func pointer(field string) string {
+	return "/" + strings.NewReplacer("[", "/", "]", "", ".", "/").Replace(field)
 }
 
 // parseUUID accepts only the canonical 36-character form; "" is missing.

@@ -5,7 +5,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/pg"
 	"example.com/shop/services/shipping/internal/shipping"
 )
 
@@ -26,16 +26,13 @@ type Reader interface {
 // API holds the HTTP handlers. It is safe for concurrent use.
 type API struct {
 	reader Reader
-	logger *slog.Logger
+	errs   *httpx.Errors
 }
 
 // New returns an API reading through reader and logging unexpected errors to
 // logger (nil discards them).
 func New(reader Reader, logger *slog.Logger) *API {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &API{reader: reader, logger: logger}
+	return &API{reader: reader, errs: httpx.NewErrors(logger, errorRules()...)}
 }
 
 // orderStatusResponse is the body of GET /order-status/{order_id}.
@@ -55,30 +52,27 @@ type shipmentResponse struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-func (a *API) getOrderStatus(w http.ResponseWriter, r *http.Request) {
-	id, err := orderIDParam(r)
+func (a *API) getOrderStatus(w http.ResponseWriter, r *http.Request) error {
+	id, err := httpx.PathUUID(r, "order_id")
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	os, err := a.reader.OrderStatus(r.Context(), id)
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusOK, orderStatusResponse{OrderID: os.OrderID, Status: string(os.Status), Version: os.Version})
+	return nil
 }
 
-func (a *API) getShipment(w http.ResponseWriter, r *http.Request) {
-	id, err := orderIDParam(r)
+func (a *API) getShipment(w http.ResponseWriter, r *http.Request) error {
+	id, err := httpx.PathUUID(r, "order_id")
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	sh, err := a.reader.Shipment(r.Context(), id)
 	if err != nil {
-		a.writeError(w, r, err)
-		return
+		return err
 	}
 	httpx.WriteJSON(w, http.StatusOK, shipmentResponse{
 		ID:        sh.ID,
@@ -87,38 +81,22 @@ func (a *API) getShipment(w http.ResponseWriter, r *http.Request) {
 		CreatedAt: sh.CreatedAt.UTC(),
 		UpdatedAt: sh.UpdatedAt.UTC(),
 	})
+	return nil
 }
 
-// problemError carries a problem already worded for the client, such as the
-// 400 of a malformed path parameter.
-type problemError struct {
-	p httpx.Problem
-}
-
-func (e *problemError) Error() string { return e.p.Detail }
-
-// orderIDParam parses the {order_id} path parameter; a malformed one is a
-// *problemError (400 naming the parameter).
-func orderIDParam(r *http.Request) (uuid.UUID, error) {
-	id, p := httpx.URLParamUUID(r, "order_id")
-	if p != nil {
-		return uuid.Nil, &problemError{p: *p}
-	}
-	return id, nil
-}
-
-// writeError is the one place that maps errors to problem responses: a
-// *problemError as it is, shipping.ErrNotFound to 404, anything else to a 500
-// whose cause is logged and never sent.
-func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var pe *problemError
-	switch {
-	case errors.As(err, &pe):
-		httpx.WriteProblem(w, r, pe.p)
-	case errors.Is(err, shipping.ErrNotFound):
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusNotFound, "no such order is known to shipping"))
-	default:
-		a.logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		httpx.WriteProblem(w, r, httpx.NewProblem(http.StatusInternalServerError, "internal error"))
+// errorRules maps shipping's errors to problem types for httpx.Errors.Write, the one
+// function that answers every failed request (docs/api-problems.md): an order unknown
+// to shipping is a 404, the database unavailable a 503 with Retry-After; a malformed
+// {order_id} is a 400 (httpx.PathUUID); anything else is logged and answered with a
+// 500 whose cause is never sent.
+func errorRules() []httpx.Rule {
+	return []httpx.Rule{
+		{Is: shipping.ErrNotFound, Kind: httpx.KindNotFound, Detail: "no such order is known to shipping"},
+		{Match: pg.Unavailable, Kind: httpx.KindUnavailable, RetryAfter: RetryAfter,
+			Detail: "the shipping database is unavailable; retry later"},
 	}
 }
+
+// RetryAfter is the Retry-After of a 503 answered while the database is unavailable
+// (5 s, sent in whole seconds).
+const RetryAfter = 5 * time.Second

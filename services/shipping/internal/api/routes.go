@@ -25,6 +25,6 @@ func NewHandler(api *API, logger *slog.Logger, reg *prometheus.Registry, checks 
 //	GET /order-status/{order_id}  200 orderStatusResponse | 400 | 404
 //	GET /shipments/{order_id}     200 shipmentResponse    | 400 | 404
 func (a *API) Routes(r chi.Router) {
-	r.Get("/order-status/{order_id}", a.getOrderStatus)
-	r.Get("/shipments/{order_id}", a.getShipment)
+	r.Get("/order-status/{order_id}", a.errs.Handle(a.getOrderStatus))
+	r.Get("/shipments/{order_id}", a.errs.Handle(a.getShipment))
 }

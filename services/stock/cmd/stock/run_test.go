@@ -30,7 +30,7 @@ func TestServeConsumesAndAnswersHTTP(t *testing.T) {
 		"AMQP_URL":           amqpURL,
 		"STOCK_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":5}`) {
+	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := consumerapptest.Start(t, spec(), vars)

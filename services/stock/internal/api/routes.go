@@ -22,7 +22,7 @@ func NewHandler(api *API, logger *slog.Logger, reg *prometheus.Registry, checks 
 // Routes adds every stock route to r. It is the one list of the service's endpoints
 // (besides /healthz, /readyz and /metrics from httpx.NewRouter):
 //
-//	GET /reservations?order_id={uuid}  200 [reservationResponse] | 400
+//	GET /reservations?order_id={uuid}  200 [reservationResponse] | 400 | 503
 func (a *API) Routes(r chi.Router) {
-	r.Get("/reservations", a.listReservations)
+	r.Get("/reservations", a.errs.Handle(a.listReservations))
 }

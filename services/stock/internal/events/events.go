@@ -65,7 +65,7 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope)
 	return store.Reserve(ctx, tx, rs)
 }
 
-// cancelled releases (deletes) the order's reservations when the event's version wins.
+// cancelled releases the order's reservations (marks them released) when the event's version wins.
 func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
 	var p contracts.OrderCancelled
 	if err := json.Unmarshal(env.Payload, &p); err != nil {

@@ -187,7 +187,7 @@ func (s *system) count(query string, args ...any) int {
 func (s *system) keys() int { return s.count(`SELECT count(*) FROM processed_event`) }
 
 func (s *system) reservations(orderID uuid.UUID) int {
-	return s.count(`SELECT count(*) FROM reservation WHERE order_id = $1`, orderID)
+	return s.count(`SELECT count(*) FROM reservation WHERE order_id = $1 AND status = 'held'`, orderID)
 }
 
 // eventually polls cond until it holds, failing the test after a generous bound (a

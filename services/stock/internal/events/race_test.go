@@ -66,7 +66,7 @@ func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 		t.Errorf("Process: %v", err)
 	}
 	var held int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM reservation`).Scan(&held); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM reservation WHERE status = 'held'`).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
 	if held != 0 {

@@ -53,17 +53,30 @@ type Line struct {
 	Quantity  string // decimal with three fraction digits, such as "2.000"
 }
 
+// ReservationStatus says whether a reservation still holds its stock.
+type ReservationStatus string
+
+// Reservation statuses.
+const (
+	// Held: the line's stock is held for the placed order.
+	Held ReservationStatus = "held"
+	// Released: the order was cancelled and the stock is free again; the row stays as
+	// the record of the release.
+	Released ReservationStatus = "released"
+)
+
 // Reservation is the stock held for one order line.
 type Reservation struct {
 	ID        uuid.UUID // UUID v7
 	OrderID   uuid.UUID
 	LineNo    int // position of the line in the order, from 1
 	ProductID uuid.UUID
-	Quantity  string // decimal with three fraction digits, such as "2.000"
+	Quantity  string            // decimal with three fraction digits, such as "2.000"
+	Status    ReservationStatus // Held, or Released once the order is cancelled
 }
 
 // Reserve returns the reservations that hold lines of order orderID: one per line, in
-// line order, numbered from 1, each with a new UUID v7 id. It fails only when no id
+// line order, numbered from 1, each Held with a new UUID v7 id. It fails only when no id
 // can be made.
 func Reserve(orderID uuid.UUID, lines []Line) ([]Reservation, error) {
 	out := make([]Reservation, len(lines))
@@ -72,7 +85,7 @@ func Reserve(orderID uuid.UUID, lines []Line) ([]Reservation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reservation id: %w", err)
 		}
-		out[n] = Reservation{ID: id, OrderID: orderID, LineNo: n + 1, ProductID: l.ProductID, Quantity: l.Quantity}
+		out[n] = Reservation{ID: id, OrderID: orderID, LineNo: n + 1, ProductID: l.ProductID, Quantity: l.Quantity, Status: Held}
 	}
 	return out, nil
 }

@@ -89,27 +89,31 @@ func Reserve(ctx context.Context, tx pgx.Tx, rs []stock.Reservation) error {
 	return nil
 }
 
-// Release deletes the reservations of order orderID in tx. It runs after ApplyStatus
-// won for the order, as a statement of its own, so under READ COMMITTED it sees the
-// reservations of a placed event that committed while tx waited for the order's row.
+// Release marks the held reservations of order orderID released in tx, with the time
+// of the release; the rows stay, so a reader sees that the cancel took effect. It runs
+// after ApplyStatus won for the order, as a statement of its own, so under READ
+// COMMITTED it sees the reservations of a placed event that committed while tx waited
+// for the order's row.
 func Release(ctx context.Context, tx pgx.Tx, orderID uuid.UUID) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM reservation WHERE order_id = $1`, orderID); err != nil {
+	const release = `UPDATE reservation SET status = 'released', released_at = now()
+WHERE order_id = $1 AND status = 'held'`
+	if _, err := tx.Exec(ctx, release, orderID); err != nil {
 		return fmt.Errorf("release order %s: %w", orderID, err)
 	}
 	return nil
 }
 
-// Reservations returns the reservations of order orderID in line order, or an empty
-// slice when it holds none.
+// Reservations returns the reservations of order orderID in line order, held and
+// released, or an empty slice when stock never held anything for it.
 func (s *Store) Reservations(ctx context.Context, orderID uuid.UUID) ([]stock.Reservation, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, order_id, line_no, product_id, quantity::text
+	rows, err := s.db.Query(ctx, `SELECT id, order_id, line_no, product_id, quantity::text, status
 FROM reservation WHERE order_id = $1 ORDER BY line_no`, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("list reservations of order %s: %w", orderID, err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stock.Reservation, error) {
 		var r stock.Reservation
-		err := row.Scan(&r.ID, &r.OrderID, &r.LineNo, &r.ProductID, &r.Quantity)
+		err := row.Scan(&r.ID, &r.OrderID, &r.LineNo, &r.ProductID, &r.Quantity, &r.Status)
 		return r, err
 	})
 	if err != nil {

@@ -146,8 +146,9 @@ func TestApplyStatusConcurrent(t *testing.T) {
 	}
 }
 
-// TestReserveAndRelease: Reserve writes one row per line in line order, Reservations
-// reads them back, Release deletes them, and an order with none reads as empty.
+// TestReserveAndRelease: Reserve writes one held row per line in line order,
+// Reservations reads them back, Release marks them released (once: a second release
+// changes nothing), and an order with none reads as empty.
 func TestReserveAndRelease(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.FS)
@@ -180,12 +181,27 @@ func TestReserveAndRelease(t *testing.T) {
 			t.Errorf("reservation %d = %+v, want %+v (line %d, UUID v7)", n, r, rs[n], n+1)
 		}
 	}
-	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { return store.Release(ctx, tx, orderID) }); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []uuid.UUID{orderID, uuid.New()} {
-		if got, err := s.Reservations(ctx, id); err != nil || got == nil || len(got) != 0 {
-			t.Errorf("reservations of %s = %v, %v; want an empty slice", id, got, err)
+	for range 2 {
+		if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { return store.Release(ctx, tx, orderID) }); err != nil {
+			t.Fatal(err)
 		}
+		got, err = s.Reservations(ctx, orderID)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("reservations after release = %+v, %v; want the 2 rows", got, err)
+		}
+		for n, r := range got {
+			want := rs[n]
+			want.Status = stock.Released
+			if r != want {
+				t.Errorf("reservation %d = %+v, want %+v", n, r, want)
+			}
+		}
+	}
+	var releasedAt int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT released_at) FROM reservation WHERE order_id = $1`, orderID).Scan(&releasedAt); err != nil || releasedAt != 1 {
+		t.Errorf("distinct released_at = %d, %v; want 1 (the second release changes nothing)", releasedAt, err)
+	}
+	if got, err := s.Reservations(ctx, uuid.New()); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("reservations of an unknown order = %v, %v; want an empty slice", got, err)
 	}
 }
