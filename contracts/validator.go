@@ -10,7 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
@@ -106,6 +108,11 @@ func (v *Validator) Validate(body []byte) error {
 	if err != nil {
 		return err
 	}
+	return v.validateDoc(doc)
+}
+
+// validateDoc is Validate on a parsed body.
+func (v *Validator) validateDoc(doc any) error {
 	if obj, ok := doc.(map[string]any); ok {
 		if name, ok := obj["event_name"].(string); ok {
 			if _, known := v.payloads[name]; !known {
@@ -128,18 +135,103 @@ func (v *Validator) Validate(body []byte) error {
 	return nil
 }
 
-// Decode validates body like [Validator.Validate] and, when it is valid, unmarshals it. The
-// payload is kept byte for byte in Envelope.Payload, so numbers and decimal strings stay exact.
-// Errors are those of Validate, plus a [*ValidationError] with an empty Field when a valid body
-// still does not fit the Go types (schema_version written as 1.0).
+// Decode validates body like [Validator.Validate] and, when it is valid, returns it as an
+// Envelope. The body is parsed once: the document the schemas check also gives the Envelope's
+// fields, and Payload is the payload's bytes as they are in body (a copy, found by a scan), so
+// numbers and decimal strings stay exact. Errors are those of Validate, plus a
+// [*ValidationError] with an empty Field when a valid body still does not fit the Go types
+// (schema_version written as 1.0). A key given twice counts with its last value, as in
+// encoding/json.
 func (v *Validator) Decode(body []byte) (Envelope, error) {
-	if err := v.Validate(body); err != nil {
+	doc, err := parseJSON(body)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if err := v.validateDoc(doc); err != nil {
 		return Envelope{}, err
 	}
 	var env Envelope
-	if err := json.Unmarshal(body, &env); err != nil {
+	payload, ok := payloadBytes(body)
+	if ok {
+		env, err = envelopeOf(doc.(map[string]any), bytes.Clone(payload)) // the schema requires an object
+	} else {
+		err = json.Unmarshal(body, &env) // a top-level key written with escapes
+	}
+	if err != nil {
 		return Envelope{}, &ValidationError{Reason: "cannot decode envelope: " + err.Error()}
 	}
+	return env, nil
+}
+
+// payloadBytes returns the bytes of the value of the top-level "payload" member of body, a
+// valid JSON object, as they appear in body (its last occurrence, as encoding/json decodes it),
+// found by one scan without decoding. ok is false when there is none, or when a top-level key
+// is written with escapes (the caller then decodes instead).
+func payloadBytes(body []byte) (payload []byte, ok bool) {
+	depth, start := 0, -1
+	key, isPayload := false, false
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			j, escaped := i+1, false
+			for ; j < len(body) && body[j] != '"'; j++ {
+				if body[j] == '\\' {
+					escaped = true
+					j++
+				}
+			}
+			if depth == 1 && key {
+				if escaped {
+					return nil, false
+				}
+				isPayload, key = string(body[i+1:j]) == "payload", false
+			}
+			i = j
+		case '{', '[':
+			depth++
+			if depth == 1 {
+				key = true
+			}
+		case ',', '}', ']':
+			if depth == 1 {
+				if start >= 0 {
+					payload, ok, start = body[start:i], true, -1
+				}
+				key = true
+			}
+			if body[i] != ',' {
+				depth--
+			}
+		case ':':
+			if depth == 1 && isPayload {
+				start, isPayload = i+1, false
+			}
+		}
+	}
+	return bytes.TrimSpace(payload), ok
+}
+
+// envelopeOf builds the Envelope of a document that satisfies schemas/envelope.json, whose
+// payload member is the bytes payload.
+func envelopeOf(obj map[string]any, payload []byte) (Envelope, error) {
+	var env Envelope
+	var err error
+	str := func(k string) string { s, _ := obj[k].(string); return s }
+	if env.EventID, err = uuid.Parse(str("event_id")); err != nil {
+		return env, fmt.Errorf("event_id: %w", err)
+	}
+	if env.OccurredAt, err = time.Parse(time.RFC3339Nano, str("occurred_at")); err != nil {
+		return env, fmt.Errorf("occurred_at: %w", err)
+	}
+	env.OccurredAt = env.OccurredAt.UTC()
+	n, _ := obj["schema_version"].(json.Number)
+	version, err := strconv.ParseInt(string(n), 10, 0)
+	if err != nil {
+		return env, fmt.Errorf("schema_version %s is not a whole number", n)
+	}
+	env.SchemaVersion = int(version)
+	env.EventName, env.Producer, env.CorrelationID = str("event_name"), str("producer"), str("correlation_id")
+	env.Payload = payload
 	return env, nil
 }
 

@@ -248,7 +248,7 @@ func collect(t *testing.T, amqpURL, queue string) *arrivals {
 // orders whose events first arrived out of order: the first copy of an
 // event that arrives after the first copy of a later event of the same
 // order. Later copies are what at least once means; a consumer's inbox
-// skips them (docs/architecture.md rule 3), so only first arrivals decide
+// skips them (docs/architecture.md, rule 3), so only first arrivals decide
 // the order a consumer applies.
 func (a *arrivals) check() (distinct, duplicates int, disordered []string) {
 	a.mu.Lock()

@@ -476,8 +476,6 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 // and leaves d unsettled, for the broker to requeue when the channel closes.
 func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailable error) {
 	attempt := attemptOf(d.Headers[c.cfg.AttemptHeader])
-	log := c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
-
 	c.metrics.inFlight.Inc()
 	start := time.Now()
 	err := c.call(ctx, Delivery{
@@ -488,11 +486,18 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	c.metrics.duration.Observe(time.Since(start).Seconds())
 	c.metrics.inFlight.Dec()
 
-	switch {
-	case err == nil:
+	if err == nil {
 		c.metrics.processed.Inc()
 		c.acked.Add(1)
-		settle(log, "ack", d.Ack(false))
+		if aerr := d.Ack(false); aerr != nil {
+			settle(c.deliveryLogger(d, attempt), "ack", aerr)
+		}
+		return nil
+	}
+	// Built only off the success path: a logger With attributes costs
+	// allocations and encoding on every delivery.
+	log := c.deliveryLogger(d, attempt)
+	switch {
 	case errors.Is(err, ErrUnavailable):
 		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))
 		return err
@@ -525,6 +530,11 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		settle(log, "ack", d.Ack(false))
 	}
 	return nil
+}
+
+// deliveryLogger is the consumer's logger with d's message_id, type and attempt.
+func (c *Consumer) deliveryLogger(d *amqp091.Delivery, attempt int) *slog.Logger {
+	return c.logger.With(slog.String("message_id", d.MessageId), slog.String("type", d.Type), slog.Int("attempt", attempt))
 }
 
 // call runs the handler, turning a panic into an ordinary (retried) error.

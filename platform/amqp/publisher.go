@@ -256,7 +256,7 @@ func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, am
 	// was frozen (SIGSTOP, a stalled VM) and wakes past the call's deadline
 	// sends nothing more, even before the wait below has noticed the
 	// deadline. A caller can rely on it: no message of this call leaves
-	// after its deadline (a relay's batch, docs/architecture.md rule 2).
+	// after its deadline (a relay's batch, docs/architecture.md, rule 2).
 	deadline, bounded := callCtx.Deadline()
 	sent := make(chan *amqp091.DeferredConfirmation, n)
 	var (

@@ -27,7 +27,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,7 +126,9 @@ func (i *Inbox) handlersFor(eventName string) []Handler {
 // message is the inbox Message of env: its event_id as text, its compact JSON as
 // content.
 func message(env contracts.Envelope) (Message, error) {
-	content, err := json.Marshal(env)
+	// The bytes json.Marshal(env) gives, without its second pass: MarshalJSON's
+	// output is already compact and HTML-escaped.
+	content, err := env.MarshalJSON()
 	if err != nil {
 		return Message{}, fmt.Errorf("encode envelope: %w", err)
 	}

@@ -157,13 +157,15 @@ func missingTables(ctx context.Context, pool *pgxpool.Pool, names []string) ([]s
 // with the masked databaseURL and retried after a delay of package backoff
 // (MinBackoff doubling to MaxBackoff); any other error is returned at once.
 // When ctx ends first, Retry returns an error wrapping ctx.Err() that names the
-// last error. A nil logger discards logs.
+// last error of an attempt that was not cut short by ctx's end (the one that
+// says what is wrong, such as a missing database). A nil logger discards logs.
 func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func(ctx context.Context) error) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	masked := config.MaskURL(databaseURL)
 	b := backoff.New(MinBackoff, MaxBackoff)
+	var last error // the last error of an attempt that ctx's end did not cut short
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -173,8 +175,12 @@ func Retry(ctx context.Context, databaseURL string, logger *slog.Logger, fn func
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), err)
+			if last == nil {
+				last = err
+			}
+			return fmt.Errorf("wait for database %s: %w (last error: %v)", masked, ctx.Err(), last)
 		}
+		last = err
 		var connErr *pgconn.ConnectError
 		var r *retryable
 		if !errors.As(err, &connErr) && !errors.As(err, &r) {

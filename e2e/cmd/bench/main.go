@@ -22,11 +22,14 @@
 //	-amqp URL          RabbitMQ broker (default $AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)
 //	-rate N            orders per second of the latency runs (default 200)
 //	-duration D        length of each latency run (default 30s)
+//	-rates LIST        rising rates of the search for the highest rate with p99 < 100 ms (default 200,...,1200)
+//	-rate-duration D   length of each run of that search (default 10s)
 //	-relay-rows N      outbox rows of the relay comparison (default 50000)
 //	-consumer-events N events queued for each consumer run (default 20000)
 //	-tuned-workers N   the second STOCK_WORKERS setting (default 64)
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
-//	-only LIST         run only these steps: broker,relay,consumer,latency,growth
+//	-only LIST         run only these steps: broker,relay,consumer,latency,maxrate,growth
+//	-stock-env LIST    KEY=VALUE settings added to every bin/stock the bench starts (comma-separated)
 //	-v                 show the warnings of the in-process relay
 package main
 
@@ -83,11 +86,14 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&o.cfg.AMQPURL, "amqp", env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	rate := fs.Int("rate", 0, "orders per second of the latency runs (default 200, quick 50)")
 	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 1s)")
+	rates := fs.String("rates", "", "comma-separated rising rates of the maxrate search (default 200,400,600,800,1000,1200)")
+	rateDuration := fs.Duration("rate-duration", 0, "length of each run of the maxrate search (default 10s)")
 	relayRows := fs.Int("relay-rows", 0, "outbox rows of the relay comparison (default 50000)")
 	events := fs.Int("consumer-events", 0, "events queued for each consumer run (default 20000)")
 	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 64)")
 	growth := fs.String("growth", "", "comma-separated table sizes of the growth runs (default 10000,100000,1000000)")
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
+	stockEnv := fs.String("stock-env", "", "comma-separated KEY=VALUE settings added to every bin/stock the bench starts")
 	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -112,6 +118,19 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	if *duration > 0 {
 		s.LatencyDuration = *duration
 	}
+	if *rateDuration > 0 {
+		s.MaxRateDuration = *rateDuration
+	}
+	if *rates != "" {
+		s.MaxRates = nil
+		for _, part := range strings.Split(*rates, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(part))
+			if err != nil {
+				return o, fmt.Errorf("-rates %q: %w", *rates, err)
+			}
+			s.MaxRates = append(s.MaxRates, n)
+		}
+	}
 	if *growth != "" {
 		s.GrowthRows = nil
 		for _, part := range strings.Split(*growth, ",") {
@@ -127,6 +146,9 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	if *only != "" {
 		o.cfg.Only = strings.Split(*only, ",")
+	}
+	if *stockEnv != "" {
+		o.cfg.StockEnv = strings.Split(*stockEnv, ",")
 	}
 	o.cfg.Progress = stdout
 	level := slog.LevelError + 4 // nothing

@@ -54,6 +54,11 @@ type Sizes struct {
 	LatencyRate int
 	// LatencyDuration is how long orders are placed at LatencyRate.
 	LatencyDuration time.Duration
+	// MaxRates are the rising steady rates (orders per second) of the search
+	// for the highest rate at which p99 stays under 100 ms.
+	MaxRates []int
+	// MaxRateDuration is how long orders are placed at each of MaxRates.
+	MaxRateDuration time.Duration
 
 	// GrowthRows are the table sizes (rows already present) of the
 	// cost-growth measurements, smallest first.
@@ -81,6 +86,8 @@ func DefaultSizes() Sizes {
 		TunedWorkers:         64,
 		LatencyRate:          200,
 		LatencyDuration:      30 * time.Second,
+		MaxRates:             []int{200, 400, 600, 800, 1000, 1200},
+		MaxRateDuration:      10 * time.Second,
 		GrowthRows:           []int{10_000, 100_000, 1_000_000},
 		GrowthRelayRows:      20_000,
 		GrowthConsumerEvents: 10_000,
@@ -102,6 +109,8 @@ func QuickSizes() Sizes {
 		TunedWorkers:         16,
 		LatencyRate:          50,
 		LatencyDuration:      time.Second,
+		MaxRates:             []int{25, 50},
+		MaxRateDuration:      time.Second,
 		GrowthRows:           []int{1000, 2000, 4000},
 		GrowthRelayRows:      1000,
 		GrowthConsumerEvents: 300,
@@ -128,6 +137,15 @@ func (s Sizes) Validate() error {
 	positive("GrowthConsumerEvents", s.GrowthConsumerEvents)
 	if s.ConsumerEvents < 2 || s.GrowthConsumerEvents < 2 {
 		errs = append(errs, errors.New("bench: consumer runs need at least 2 events"))
+	}
+	for i, r := range s.MaxRates {
+		if r <= 0 || (i > 0 && r <= s.MaxRates[i-1]) {
+			errs = append(errs, fmt.Errorf("bench: MaxRates %v must be positive and increasing", s.MaxRates))
+			break
+		}
+	}
+	if len(s.MaxRates) == 0 || s.MaxRateDuration <= 0 {
+		errs = append(errs, errors.New("bench: MaxRates and MaxRateDuration must be set"))
 	}
 	if s.OneAtATimeLimit <= 0 || s.DBDuration <= 0 || s.LatencyDuration <= 0 {
 		errs = append(errs, errors.New("bench: durations must be positive"))
@@ -169,11 +187,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Only, when not empty, limits the run to these steps (see Steps).
 	Only []string
+	// StockEnv is added to the environment of every bin/stock the consumer
+	// and growth steps start (KEY=VALUE), to try settings other than the
+	// defaults; empty measures the defaults.
+	StockEnv []string
 }
 
 // Steps returns the keys of the run's steps, in run order: "broker",
-// "relay", "consumer", "latency" and "growth".
-func Steps() []string { return []string{"broker", "relay", "consumer", "latency", "growth"} }
+// "relay", "consumer", "latency", "maxrate" and "growth".
+func Steps() []string { return []string{"broker", "relay", "consumer", "latency", "maxrate", "growth"} }
 
 // Run performs every measurement once, in order, and returns their results
 // in the order of Names. A measurement that fails is reported in the
@@ -204,6 +226,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		{"relay", "relay: one confirm at a time, then partitions x processes", e.measureRelay},
 		{"consumer", "raw database limit and stock consumer", e.measureConsumer},
 		{"latency", "end-to-end latency", e.measureLatency},
+		{"maxrate", "highest steady rate with p99 < 100 ms", e.measureMaxRate},
 		{"growth", "cost growth", e.measureGrowth},
 	}
 	if load, ok := LoadAverage(); ok && load > float64(runtime.NumCPU()) {

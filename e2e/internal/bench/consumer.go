@@ -33,13 +33,15 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, err := rawDBRate(ctx, dbURL, run.workers, s.DBDuration)
+		rate, rawCPU, err := rawDBRate(ctx, dbURL, run.workers, s.DBDuration)
 		if err != nil {
 			return fmt.Errorf("raw database, %d workers: %w", run.workers, err)
 		}
 		name := rawDBName(run.workers)
 		e.results.set(name, rate, fmt.Sprintf("%d workers for %s: key insert + one reservation insert per transaction", run.workers, s.DBDuration))
 		e.progress("   %-28s %10.0f tx/s", name, rate)
+		e.results.set(cpuRawName(run.workers), rawCPU.ms(), "CPU per transaction: "+rawCPU.String())
+		e.progress("   %-28s %10.3f ms CPU per tx (%s)", cpuRawName(run.workers), rawCPU.ms(), rawCPU)
 
 		dbURL, err = e.cloneDatabase(ctx, tplStock, "consumer-w"+strconv.Itoa(run.workers))
 		if err != nil {
@@ -49,7 +51,8 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents)
+		var stockCPU cpuSplit
+		rate, stockCPU, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}
@@ -59,22 +62,46 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		name = consumerName(run.workers)
 		e.results.set(name, rate, fmt.Sprintf("bin/stock, STOCK_WORKERS=%d, %d queued placed events of one line", run.workers, s.ConsumerEvents))
 		e.progress("   %-28s %10.0f events/s", name, rate)
+		e.results.set(cpuStockName(run.workers), stockCPU.ms(), "CPU per event: "+stockCPU.String())
+		e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuStockName(run.workers), stockCPU.ms(), stockCPU)
+	}
+	// The ceiling of a one-transaction-per-event consumer is the better of the
+	// two raw runs; the consumer is measured at its default settings.
+	consumer, _ := e.results.get(consumerName(s.DefaultWorkers))
+	raw1, _ := e.results.get(rawDBName(s.DefaultWorkers))
+	raw2, _ := e.results.get(rawDBName(s.TunedWorkers))
+	if ceiling := max(raw1, raw2); ceiling > 0 {
+		e.results.set("stock_consumer_vs_db_ceiling", consumer/ceiling, fmt.Sprintf(
+			"%s at the defaults / the better of %s and %s", consumerName(s.DefaultWorkers), rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
+		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", consumer/ceiling)
 	}
 	return nil
+}
+
+// cpuSplit is CPU time per event (or transaction), split between the client
+// process and its PostgreSQL server processes. The broker's share is not in
+// it: the broker is shared with other work on the machine.
+type cpuSplit struct{ client, db time.Duration }
+
+func (c cpuSplit) ms() float64 { return float64(c.client+c.db) / float64(time.Millisecond) }
+
+func (c cpuSplit) String() string {
+	return fmt.Sprintf("client %.3f ms + PostgreSQL %.3f ms", float64(c.client)/1e6, float64(c.db)/1e6)
 }
 
 // rawDBRate runs workers goroutines for d, each repeating the bare minimum
 // of a consumer's transaction on the stock schema: BEGIN, insert a
 // processed_event key, insert one reservation row, COMMIT. It returns
 // transactions per second.
-func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) (float64, error) {
+func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) (float64, cpuSplit, error) {
+	var cpu cpuSplit
 	dbURL, err := withParam(dbURL, "pool_max_conns", strconv.Itoa(workers))
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	pool, err := pg.NewPool(ctx, dbURL)
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	defer pool.Close()
 	// Open every connection before the clock starts.
@@ -82,7 +109,7 @@ func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) 
 	for range workers {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
-			return 0, err
+			return 0, cpu, err
 		}
 		conns = append(conns, c)
 	}
@@ -92,6 +119,16 @@ func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) 
 	var wg sync.WaitGroup
 	counts := make([]int, workers)
 	errs := make([]error, workers)
+	monitor, err := pg.NewPool(ctx, dbURL)
+	if err != nil {
+		return 0, cpu, err
+	}
+	defer monitor.Close()
+	dbBefore, err := backendsCPU(ctx, monitor)
+	if err != nil {
+		return 0, cpu, err
+	}
+	clientBefore := selfCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range workers {
@@ -107,16 +144,24 @@ func rawDBRate(ctx context.Context, dbURL string, workers int, d time.Duration) 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	client := selfCPU() - clientBefore
 	for _, err := range errs {
 		if err != nil {
-			return 0, err // the workers fail alike; one error says it
+			return 0, cpu, err // the workers fail alike; one error says it
 		}
 	}
 	total := 0
 	for _, c := range counts {
 		total += c
 	}
-	return float64(total) / elapsed.Seconds(), nil
+	dbAfter, err := backendsCPU(ctx, monitor)
+	if err != nil {
+		return 0, cpu, err
+	}
+	if total > 0 {
+		cpu = cpuSplit{client: client / time.Duration(total), db: (dbAfter - dbBefore) / time.Duration(total)}
+	}
+	return float64(total) / elapsed.Seconds(), cpu, nil
 }
 
 // rawTx is one transaction of the raw database limit: the inbox key insert and
@@ -143,22 +188,23 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 // on the database at dbURL and waits until it has processed all of them.
 // The rate is taken from the processed_at times of the new processed_event
 // keys, (n-1) / (last - first), so the process's start-up does not count.
-func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int) (float64, error) {
+func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int) (float64, cpuSplit, error) {
+	var cpu cpuSplit
 	if err := queueStockEvents(ctx, amqpURL, n, e); err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	pool, err := pg.NewPool(ctx, dbURL)
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	defer pool.Close()
 	var since time.Time
 	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	addr, err := system.FreeAddr()
 	if err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	p := &system.Process{
 		Name: "stock",
@@ -173,8 +219,9 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 		},
 		Addr: addr,
 	}
+	p.Env = append(p.Env, e.cfg.StockEnv...)
 	if err := p.Start(); err != nil {
-		return 0, err
+		return 0, cpu, err
 	}
 	defer func() { _ = p.Stop(10 * time.Second) }()
 
@@ -185,31 +232,40 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 		var first, last *time.Time
 		if err := pool.QueryRow(ctx, `SELECT count(*), min(processed_at), max(processed_at)
 FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last); err != nil {
-			return 0, err
+			return 0, cpu, err
 		}
 		if done >= n {
 			span := last.Sub(*first)
 			if span <= 0 {
-				return 0, fmt.Errorf("%d events processed in no time", done)
+				return 0, cpu, fmt.Errorf("%d events processed in no time", done)
 			}
 			reserved, err := count(ctx, pool, `SELECT count(*) FROM reservation WHERE created_at >= $1`, since)
 			if err != nil {
-				return 0, err
+				return 0, cpu, err
 			}
 			if reserved != n {
-				return 0, fmt.Errorf("%d reservations for %d events", reserved, n)
+				return 0, cpu, fmt.Errorf("%d reservations for %d events", reserved, n)
 			}
-			return float64(done-1) / span.Seconds(), nil
+			stockCPU, err := processCPU(p.PID())
+			if err != nil {
+				return 0, cpu, err
+			}
+			dbCPU, err := backendsCPU(ctx, pool)
+			if err != nil {
+				return 0, cpu, err
+			}
+			cpu = cpuSplit{client: stockCPU / time.Duration(n), db: dbCPU / time.Duration(n)}
+			return float64(done-1) / span.Seconds(), cpu, nil
 		}
 		if !p.Running() {
-			return 0, fmt.Errorf("bin/stock exited after %d of %d events:\n%s", done, n, p.Output())
+			return 0, cpu, fmt.Errorf("bin/stock exited after %d of %d events:\n%s", done, n, p.Output())
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("bin/stock processed %d of %d events before the deadline:\n%s", done, n, p.Output())
+			return 0, cpu, fmt.Errorf("bin/stock processed %d of %d events before the deadline:\n%s", done, n, p.Output())
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, cpu, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

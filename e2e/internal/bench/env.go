@@ -58,6 +58,9 @@ func vhostPurposes(s Sizes) []string {
 	for i := range s.GrowthRows {
 		p = append(p, fmt.Sprintf("growth-relay-%d", i), fmt.Sprintf("growth-consumer-%d", i))
 	}
+	for i := range s.MaxRates {
+		p = append(p, fmt.Sprintf("max-rate-%d", i))
+	}
 	return p
 }
 

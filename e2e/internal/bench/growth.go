@@ -123,7 +123,7 @@ func (e *env) growConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents)
+		rate, _, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}

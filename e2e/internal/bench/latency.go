@@ -41,27 +41,85 @@ const warmupOrders = 20
 // and records, per order, the time from sending POST /orders/{id}/place to
 // the commit of its reservation in the stock database.
 func (e *env) measureLatency(ctx context.Context) error {
+	s := e.cfg.Sizes
 	for _, notify := range []bool{true, false} {
 		prefix, vhost := "latency_notify_", "latency-notify"
 		if !notify {
 			prefix, vhost = "latency_poll_", "latency-poll"
 		}
-		lat, err := e.runLatency(ctx, vhost, notify)
+		run, err := e.runLatency(ctx, vhost, notify, s.LatencyRate, s.LatencyDuration)
 		if err != nil {
 			return fmt.Errorf("%s: %w", vhost, err)
 		}
-		s := e.cfg.Sizes
-		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(lat), s.LatencyRate)
+		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(run.lat), s.LatencyRate)
 		for _, p := range []struct {
 			name string
 			q    float64
 		}{{"p50", 0.50}, {"p95", 0.95}, {"p99", 0.99}} {
-			v := percentile(lat, p.q)
+			v := percentile(run.lat, p.q)
 			e.results.set(prefix+p.name, v, note)
 			e.progress("   %-28s %10.1f ms", prefix+p.name, v)
 		}
+		if !notify {
+			continue
+		}
+		for _, stage := range stageNames {
+			for _, p := range []struct {
+				name string
+				q    float64
+			}{{"p50", 0.50}, {"p99", 0.99}} {
+				var v float64
+				if stage == "confirm" {
+					if run.confirm == nil {
+						continue
+					}
+					v = run.confirm[0]
+					if p.name == "p99" {
+						v = run.confirm[1]
+					}
+				} else {
+					v = percentile(run.stages[stage], p.q)
+				}
+				name := stageName(stage, p.name)
+				e.results.set(name, v, fmt.Sprintf("stage %s of the %d/s run", stage, s.LatencyRate))
+				e.progress("   %-28s %10.1f ms", name, v)
+			}
+		}
 	}
 	return nil
+}
+
+// measureMaxRate places orders at rising steady rates (LatencyRates, each for
+// MaxRateDuration, the system as shipped on fresh databases) and reports the
+// highest rate at which place -> reservation p99 stayed under 100 ms; it
+// stops at the first rate that misses.
+func (e *env) measureMaxRate(ctx context.Context) error {
+	s := e.cfg.Sizes
+	best := 0
+	for n, rate := range s.MaxRates {
+		run, err := e.runLatency(ctx, fmt.Sprintf("max-rate-%d", n), true, rate, s.MaxRateDuration)
+		if err != nil {
+			return fmt.Errorf("%d orders/s: %w", rate, err)
+		}
+		p50, p99 := percentile(run.lat, 0.5), percentile(run.lat, 0.99)
+		e.progress("   %5d orders/s: p50 %.1f ms, p99 %.1f ms (placing kept %.0f%% of the schedule)", rate, p50, p99, 100*run.onTime)
+		if p99 >= 100 || run.onTime < 0.9 {
+			break
+		}
+		best = rate
+	}
+	e.results.set("latency_max_rate_p99_under_100ms", float64(best),
+		fmt.Sprintf("highest of %v orders/s, %s each, with p99 < 100 ms", s.MaxRates, s.MaxRateDuration))
+	e.progress("   %-28s %10d orders/s", "latency_max_rate_p99_under_100ms", best)
+	return nil
+}
+
+// latencyRun is what one latency run measured.
+type latencyRun struct {
+	lat     []time.Duration            // place -> reservation, sorted
+	stages  map[string][]time.Duration // per stage but confirm, sorted
+	confirm []float64                  // relay confirm latency p50, p99 in ms; nil when unknown
+	onTime  float64                    // scheduled duration / time placing took (1 = kept the rate)
 }
 
 // percentile returns the nearest-rank q-quantile of sorted, in ms.
@@ -71,25 +129,26 @@ func percentile(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
-// runLatency runs one latency measurement and returns the sorted
-// latencies of the measured orders.
-func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time.Duration, error) {
-	s := e.cfg.Sizes
+// runLatency runs one latency measurement at rate orders per second for
+// duration and returns the sorted latencies of the measured orders and
+// their stages.
+func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate int, duration time.Duration) (latencyRun, error) {
+	var run latencyRun
 	orderURL, err := e.cloneDatabase(ctx, tplOrder, vhost+"-order")
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	stockURL, err := e.cloneDatabase(ctx, tplStock, vhost+"-stock")
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	shipURL, err := e.cloneDatabase(ctx, tplShipping, vhost+"-shipping")
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	amqpURL, err := e.vhostURL(vhost)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	defer func() {
 		if err := emptyVhost(amqpURL); err != nil {
@@ -98,19 +157,19 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 	}()
 	if !notify {
 		if err := execSQL(ctx, orderURL, `DROP TRIGGER outbox_inserted ON outbox`); err != nil {
-			return nil, fmt.Errorf("disable NOTIFY: %w", err)
+			return run, fmt.Errorf("disable NOTIFY: %w", err)
 		}
 	}
 	if err := execSQL(ctx, stockURL, reservedTrigger); err != nil {
-		return nil, fmt.Errorf("reservation trigger: %w", err)
+		return run, fmt.Errorf("reservation trigger: %w", err)
 	}
 	listener, err := pgx.Connect(ctx, stockURL)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	defer listener.Close(context.WithoutCancel(ctx))
 	if _, err := listener.Exec(ctx, "LISTEN "+reservedChannel); err != nil {
-		return nil, err
+		return run, err
 	}
 
 	sys, err := system.New(system.Config{
@@ -123,10 +182,10 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 		ProcessEnv:    map[string][]string{"relay": {"RELAY_POLL_INTERVAL=1s"}},
 	})
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	if err := sys.Start(ctx, time.Minute); err != nil {
-		return nil, err
+		return run, err
 	}
 	defer func() { _ = sys.Stop() }()
 
@@ -137,19 +196,19 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 	defer func() { stopWatch(); <-watchDone }()
 
 	c := newOrderClient(sys.OrderAPI.Addr)
-	n := int(float64(s.LatencyRate) * s.LatencyDuration.Seconds())
+	n := int(float64(rate) * duration.Seconds())
 	ids, err := c.createMany(ctx, warmupOrders+n, 8)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
 	// Warm up every connection pool on the way, one order at a time.
 	for _, id := range ids[:warmupOrders] {
 		if err := c.place(ctx, id); err != nil {
-			return nil, err
+			return run, err
 		}
 	}
 	if err := w.waitFor(ctx, ids[:warmupOrders], 30*time.Second); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
+		return run, fmt.Errorf("warm-up: %w", err)
 	}
 
 	measured := ids[warmupOrders:]
@@ -157,13 +216,13 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 	answered := make([]time.Duration, len(measured))
 	errs := make(chan error, len(measured))
 	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(s.LatencyRate)
+	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	for i, id := range measured {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return run, ctx.Err()
 			case <-time.After(d):
 			}
 		}
@@ -178,20 +237,31 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool) ([]time
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, fmt.Errorf("%w; order API output:\n%s", err, tail(sys.OrderAPI.Output(), 4000))
+		return run, fmt.Errorf("%w; order API output:\n%s", err, tail(sys.OrderAPI.Output(), 4000))
 	}
 	if err := w.waitFor(ctx, measured, 60*time.Second); err != nil {
-		return nil, err
+		return run, err
 	}
-	lat := make([]time.Duration, len(measured))
+	placing := time.Since(start)
+	run.lat = make([]time.Duration, len(measured))
 	for i, id := range measured {
-		lat[i] = w.at(id).Sub(sent[i])
+		run.lat[i] = w.at(id).Sub(sent[i])
 	}
-	slices.Sort(lat)
-	slices.Sort(answered)
+	slices.Sort(run.lat)
+	run.onTime = min(1, duration.Seconds()/placing.Seconds())
+	if run.stages, err = stageTimes(ctx, orderURL, stockURL, measured, answered, w); err != nil {
+		return run, fmt.Errorf("stage times: %w", err)
+	}
+	if notify {
+		if q, err := histogramQuantiles(ctx, "http://"+sys.Relay.Addr+"/metrics", "relay_confirm_latency_seconds", 0.5, 0.99); err == nil {
+			run.confirm = q
+		} else {
+			e.progress("   (no confirm latency: %v)", err)
+		}
+	}
 	e.progress("   (POST place answered in p50 %.1f ms, p99 %.1f ms; placing took %s for %s of schedule)",
-		percentile(answered, 0.5), percentile(answered, 0.99), time.Since(start).Round(time.Millisecond), s.LatencyDuration)
-	return lat, nil
+		percentile(run.stages["api"], 0.5), percentile(run.stages["api"], 0.99), placing.Round(time.Millisecond), duration)
+	return run, nil
 }
 
 // tail returns the last n bytes of s.

@@ -12,7 +12,7 @@ type Result struct {
 	Name string `json:"name"`
 	// Value is the measured number, in Unit.
 	Value float64 `json:"value"`
-	// Unit is "msgs/s", "events/s", "tx/s", "ms", "x" (a factor) or "MiB".
+	// Unit is "msgs/s", "events/s", "tx/s", "orders/s", "ms", "x" (a factor) or "MiB".
 	Unit string `json:"unit"`
 	// Baseline names the result this one is compared with ("" when none).
 	Baseline string `json:"baseline"`
@@ -78,6 +78,8 @@ const (
 func brokerMultiName(s Sizes) string  { return fmt.Sprintf("broker_%d_publishers", s.BrokerPublishers) }
 func rawDBName(workers int) string    { return fmt.Sprintf("db_raw_tx_w%d", workers) }
 func consumerName(workers int) string { return fmt.Sprintf("stock_consumer_w%d", workers) }
+func cpuRawName(workers int) string   { return fmt.Sprintf("cpu_ms_per_raw_tx_w%d", workers) }
+func cpuStockName(workers int) string { return fmt.Sprintf("cpu_ms_per_stock_event_w%d", workers) }
 func growthRelayName(rows int) string { return "growth_relay_at_" + sizeLabel(rows) }
 func growthConsumerName(rows int) string {
 	return "growth_consumer_at_" + sizeLabel(rows)
@@ -125,14 +127,28 @@ func specs(s Sizes) []spec {
 		{name: consumerName(s.DefaultWorkers), unit: "events/s", baseline: rawDBName(s.DefaultWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.DefaultWorkers)},
 		{name: rawDBName(s.TunedWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.TunedWorkers)},
 		{name: consumerName(s.TunedWorkers), unit: "events/s", baseline: rawDBName(s.TunedWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.TunedWorkers)},
+		{name: "stock_consumer_vs_db_ceiling", unit: "x", goal: &goal{op: ">=", target: 2}},
+		{name: cpuRawName(s.DefaultWorkers), unit: "ms"},
+		{name: cpuStockName(s.DefaultWorkers), unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
+		{name: cpuRawName(s.TunedWorkers), unit: "ms"},
+		{name: cpuStockName(s.TunedWorkers), unit: "ms", baseline: cpuRawName(s.TunedWorkers)},
 	}...)
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}
-		if p == "p99" {
-			sp.goal = &goal{op: "<", target: 50}
+		switch p {
+		case "p50":
+			sp.goal = &goal{op: "<", target: 10}
+		case "p99":
+			sp.goal = &goal{op: "<", target: 25}
 		}
 		out = append(out, sp)
 	}
+	for _, stage := range stageNames {
+		for _, p := range []string{"p50", "p99"} {
+			out = append(out, spec{name: stageName(stage, p), unit: "ms"})
+		}
+	}
+	out = append(out, spec{name: "latency_max_rate_p99_under_100ms", unit: "orders/s", goal: &goal{op: ">=", target: 1000}})
 	for _, p := range []string{"p50", "p95", "p99"} {
 		out = append(out, spec{name: "latency_poll_" + p, unit: "ms", baseline: "latency_notify_" + p, panel: panelPoll, label: p})
 	}

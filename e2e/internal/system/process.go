@@ -155,6 +155,16 @@ func (p *Process) Running() bool {
 	}
 }
 
+// PID returns the process id, or 0 when it was never started.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Output returns the last 1 MiB the process wrote to stdout and stderr.
 func (p *Process) Output() string { return p.output.String() }
 

@@ -13,6 +13,7 @@ func TestOutboxSchemaMatchesPlatformCopy(t *testing.T) {
 	for ours, theirs := range map[string]string{
 		"00002_outbox.sql":               "00001_outbox.sql",
 		"00030_outbox_partition_key.sql": "00030_outbox_partition_key.sql",
+		"00035_outbox_replays.sql":       "00035_outbox_replays.sql",
 	} {
 		a, err := migrations.FS.ReadFile(ours)
 		if err != nil {

@@ -24,7 +24,7 @@ import (
 	"example.com/shop/services/order/migrations"
 )
 
-const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION"
+const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION | replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]"
 
 // Each process of the order service names itself in the service attribute of its
 // log lines; a one-shot command is named after its subcommand.
@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runRelay(ctx, rest, getenv, stdout, stderr)
 	case "purge-outbox":
 		return runPurgeOutbox(ctx, rest, getenv, stdout, stderr)
+	case "replay-outbox":
+		return runReplayOutbox(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
