@@ -51,3 +51,14 @@ func ConsumersOf(eventName string) []Consumer {
 	}
 	return out
 }
+
+// ConsumerNamed returns the consumer of [Consumers] called name, and false when the
+// contract has none.
+func ConsumerNamed(name string) (Consumer, bool) {
+	for _, c := range Consumers() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Consumer{}, false
+}

@@ -27,3 +27,14 @@ func TestEveryEventHasConsumersWithDistinctQueues(t *testing.T) {
 		t.Errorf("an unknown event has consumers: %+v", got)
 	}
 }
+
+func TestConsumerNamed(t *testing.T) {
+	t.Parallel()
+	c, ok := contracts.ConsumerNamed(contracts.ConsumerStock)
+	if !ok || c.Queue != contracts.QueueStock || c.DeadLetterQueue != contracts.QueueStockDLQ || len(c.Events) != 2 {
+		t.Errorf("ConsumerNamed(stock) = %+v, %v", c, ok)
+	}
+	if c, ok := contracts.ConsumerNamed("billing"); ok {
+		t.Errorf("ConsumerNamed(billing) = %+v, want none", c)
+	}
+}

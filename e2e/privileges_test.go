@@ -14,7 +14,6 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/platform/testkit/rabbitadmin"
 )
@@ -153,12 +152,17 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 	ctx := testkit.Context(t)
 	_, urls := testkit.NewVhostWithUsers(t, brokerUsers(t))
 
-	producer := amqp.DefaultTopology()
-	producer.Queues = nil // RELAY_DECLARE_QUEUES=false
+	consumer := func(name string) amqp.Topology {
+		c, ok := contracts.ConsumerNamed(name)
+		if !ok {
+			t.Fatalf("no consumer %s in the contract", name)
+		}
+		return amqp.EventTopology(amqp.ConsumerQueue(c, []time.Duration{time.Second}))
+	}
 	for user, topo := range map[string]amqp.Topology{
-		"order-relay": producer,
-		"stock":       consumerapp.Topology(amqp.DefaultTopology().Queues[0], []time.Duration{time.Second}),
-		"shipping":    consumerapp.Topology(amqp.DefaultTopology().Queues[1], []time.Duration{time.Second}),
+		"order-relay": amqp.EventTopology(), // RELAY_DECLARE_QUEUES=false
+		"stock":       consumer(contracts.ConsumerStock),
+		"shipping":    consumer(contracts.ConsumerShipping),
 	} {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, err := amqp.Dial(dctx, urls[user], topo, nil)

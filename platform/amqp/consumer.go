@@ -16,6 +16,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/backoff"
+	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 )
 
@@ -497,6 +498,13 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	// Built only off the success path: a logger With attributes costs
 	// allocations and encoding on every delivery.
 	log := c.deliveryLogger(d, attempt)
+	if attrs := logging.ErrorAttrs(err); len(attrs) > 0 {
+		args := make([]any, len(attrs))
+		for i, a := range attrs {
+			args[i] = a
+		}
+		log = log.With(args...)
+	}
 	switch {
 	case errors.Is(err, ErrUnavailable):
 		log.Warn("dependency unavailable; the delivery goes back to the queue, not counted as an attempt", slog.Any("error", err))

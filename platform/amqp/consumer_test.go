@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -552,5 +553,54 @@ func TestConsumerRedeclaresAMissingRetryQueue(t *testing.T) {
 	})
 	if n := rec.count(func(d Delivery) bool { return d.Attempt == 1 }); n != 1 {
 		t.Fatalf("first attempt delivered %d times, want 1 (no requeue loop)", n)
+	}
+}
+
+// attrError is a handler error that names its event, as the inbox's do.
+type attrError struct{ id string }
+
+func (e attrError) Error() string { return "handler failed" }
+func (e attrError) LogAttrs() []slog.Attr {
+	return []slog.Attr{slog.String("event_id", e.id)}
+}
+
+// TestConsumerLogsEachFailureOnceWithItsEvent: every failed attempt is one log line
+// (the retry, then the dead letter), each carrying the handler error's attributes.
+func TestConsumerLogsEachFailureOnceWithItsEvent(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	logs := &testkit.Logs{}
+	c, err := NewConsumer(conn, ConsumerConfig{
+		Queue: topo.Queues[0].Name, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+	}, func(_ context.Context, d Delivery) error {
+		return fmt.Errorf("apply: %w", attrError{id: "ev-" + d.MessageID})
+	},
+		jsonLogger(logs), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	msg := messages(1, "named")[0]
+	publishAll(t, conn, topo.Exchange, []Message{msg})
+	getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 || !strings.Contains(lines[0], "retrying later") || !strings.Contains(lines[1], `"msg":"dead-letter`) {
+		t.Fatalf("want one retry line and one dead-letter line, got:\n%s", strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"event_id":"ev-`+msg.MessageID+`"`) {
+			t.Errorf("line lacks the event_id: %s", l)
+		}
 	}
 }

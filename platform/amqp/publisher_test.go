@@ -2,11 +2,13 @@ package amqp
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit"
 )
 
@@ -234,15 +236,34 @@ func TestChannelWaitsForContext(t *testing.T) {
 	}
 }
 
-func TestDefaultTopologyDeclares(t *testing.T) {
+// TestEventTopologyDeclares: the contract's exchanges and every consumer's queue, with
+// and without retry queues, declare on a fresh vhost.
+func TestEventTopologyDeclares(t *testing.T) {
 	t.Parallel()
 	url := testkit.NewVhost(t)
-	conn, err := DialOptions(t.Context(), url, DefaultTopology(), testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
+	var queues []QueueSpec
+	for n, c := range contracts.Consumers() {
+		queues = append(queues, ConsumerQueue(c, DefaultRetryDelays()[:n]))
+	}
+	conn, err := DialOptions(t.Context(), url, EventTopology(queues...), testLogger(t), Options{MinBackoff: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
 	defer conn.Close()
 	if err := conn.Ready(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestParseRetryDelays(t *testing.T) {
+	t.Parallel()
+	got, err := ParseRetryDelays("50ms, 2s,1m")
+	if err != nil || fmt.Sprint(got) != "[50ms 2s 1m0s]" {
+		t.Errorf("ParseRetryDelays = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "1s,", "soon", "0s", "1.5ms", "-1s", "500us"} {
+		if got, err := ParseRetryDelays(bad); err == nil {
+			t.Errorf("ParseRetryDelays(%q) = %v, want an error", bad, got)
+		}
 	}
 }

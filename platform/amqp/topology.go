@@ -6,6 +6,8 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -55,7 +57,7 @@ type QueueSpec struct {
 }
 
 // RetryQueueName names the retry queue that holds messages of queue for
-// delay: "<queue>.retry.<delay>", e.g. "stock.events.retry.5s". Naming it
+// delay: "<queue>.retry.<delay>", e.g. "<queue>.retry.5s". Naming it
 // after its delay (its x-message-ttl) means a changed RETRY_DELAYS setting
 // declares new queues instead of failing on the old ones' arguments; an old
 // retry queue drains into its main queue and can then be deleted.
@@ -76,26 +78,50 @@ func (t Topology) QueueNames() []string {
 	return names
 }
 
-// DefaultTopology returns the topology of the shop (docs/architecture.md,
-// "The flow"), named by the contracts constants: the topic exchange app.events with its alternate exchange
-// and unroutable queue, the dead-letter exchange, and the stock.events and
-// shipping.events quorum queues, each bound to order.order.placed.v1 and
-// order.order.cancelled.v1, with their dead-letter queues. It is the
-// producer's view (the relay declares it, so no event published before a
-// consumer first starts is routed to the unroutable queue) and has no retry
-// queues: each consuming service adds its own queue's RetryDelays.
-func DefaultTopology() Topology {
-	keys := []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled}
+// EventTopology returns the topology of the event exchange with queues: the topic
+// exchange contracts.Exchange (app.events) with its alternate exchange and unroutable
+// queue, and the dead-letter exchange, all named by the contracts constants. With no
+// queue it is what a producer needs to publish (docs/architecture.md, flow step 4); a
+// consumer adds its own queue (ConsumerQueue).
+func EventTopology(queues ...QueueSpec) Topology {
 	return Topology{
 		Exchange:           contracts.Exchange,
 		AlternateExchange:  contracts.AlternateExchange,
 		UnroutableQueue:    contracts.UnroutableQueue,
 		DeadLetterExchange: contracts.DeadLetterExchange,
-		Queues: []QueueSpec{
-			{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: keys},
-			{Name: contracts.QueueShipping, DeadLetterQueue: contracts.QueueShippingDLQ, RoutingKeys: keys},
-		},
+		Queues:             slices.Clone(queues),
 	}
+}
+
+// ConsumerQueue returns the queue of consumer c as the contract names it: c.Queue
+// bound to each of c.Events, with its dead-letter queue c.DeadLetterQueue and one retry
+// queue per delay in retryDelays (whole milliseconds >= 1 ms; nil declares none, the
+// view of a process that publishes to the queue but does not consume it).
+func ConsumerQueue(c contracts.Consumer, retryDelays []time.Duration) QueueSpec {
+	return QueueSpec{
+		Name:            c.Queue,
+		DeadLetterQueue: c.DeadLetterQueue,
+		RoutingKeys:     slices.Clone(c.Events),
+		RetryDelays:     slices.Clone(retryDelays),
+	}
+}
+
+// ParseRetryDelays parses a comma-separated list of retry delays such as
+// "50ms,100ms,1s": at least one, each a Go duration that is a whole number of
+// milliseconds >= 1 ms (a retry queue's x-message-ttl).
+func ParseRetryDelays(raw string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(raw, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%s is not a whole number of milliseconds >= 1ms", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // Validate reports a missing name or a retry delay below one millisecond.

@@ -12,19 +12,10 @@ import (
 	"time"
 )
 
-// Default settings shared by the binaries (docs/operations.md, "Processes and configuration").
-const (
-	DefaultOrderDatabaseURL    = "postgres://postgres@localhost:5432/orders?sslmode=disable"
-	DefaultStockDatabaseURL    = "postgres://postgres@localhost:5432/stock?sslmode=disable"
-	DefaultShippingDatabaseURL = "postgres://postgres@localhost:5432/shipping?sslmode=disable"
-	DefaultAMQPURL             = "amqp://guest:guest@localhost:5672/"
-
-	DefaultOrderHTTPAddr    = ":8081"
-	DefaultStockHTTPAddr    = ":8082"
-	DefaultShippingHTTPAddr = ":8083"
-	DefaultRelayHTTPAddr    = ":8084"
-	DefaultAuditorHTTPAddr  = ":8085"
-)
+// DefaultAMQPURL is the broker every binary uses unless AMQP_URL says otherwise: the
+// local RabbitMQ with its guest user. Each binary keeps its other defaults (database,
+// listen address) with its own configuration.
+const DefaultAMQPURL = "amqp://guest:guest@localhost:5672/"
 
 // VarError describes one environment variable whose value could not be used.
 // Its message has the form `config: STOCK_WORKERS: "abc" is not an integer`.
@@ -48,6 +39,33 @@ func (e *VarError) Error() string {
 type Env struct {
 	getenv func(string) string
 	errs   []error
+	vars   []Var
+}
+
+// Var is one environment variable an Env was asked for, with the default it
+// was given, for a command's help.
+type Var struct {
+	// Key is the variable's name, e.g. "HTTP_ADDR".
+	Key string
+	// Default is the default as text ("" for none, "(required)" for Required).
+	Default string
+}
+
+// Vars returns every variable read so far, once each, in the order of the
+// first read. Reading a command's configuration through NewEnv(nil) and then
+// calling Vars lists what the command reads and its defaults.
+func (e *Env) Vars() []Var {
+	return append([]Var(nil), e.vars...)
+}
+
+// record notes that key was read with default def.
+func (e *Env) record(key, def string) {
+	for _, v := range e.vars {
+		if v.Key == key {
+			return
+		}
+	}
+	e.vars = append(e.vars, Var{Key: key, Default: def})
 }
 
 // NewEnv returns an Env reading through getenv, usually os.Getenv in main and a map lookup
@@ -74,6 +92,7 @@ func (e *Env) Errorf(key, format string, args ...any) {
 // String returns the value of key, or def when it is unset or empty. The value is returned
 // as set, surrounding white space included.
 func (e *Env) String(key, def string) string {
+	e.record(key, def)
 	if v := e.getenv(key); v != "" {
 		return v
 	}
@@ -83,6 +102,7 @@ func (e *Env) String(key, def string) string {
 // Required returns the value of key. When it is unset or empty it records an error
 // ("is required") and returns "".
 func (e *Env) Required(key string) string {
+	e.record(key, "(required)")
 	v := e.getenv(key)
 	if v == "" {
 		e.Errorf(key, "is required")
@@ -94,6 +114,7 @@ func (e *Env) Required(key string) string {
 // rejects the value it records "<value> is not <what>" and returns def and false;
 // otherwise the parsed value and true.
 func parse[T any](e *Env, key string, def T, what string, conv func(string) (T, error)) (T, bool) {
+	e.record(key, fmt.Sprint(def))
 	v, ok := e.lookup(key)
 	if !ok {
 		return def, false

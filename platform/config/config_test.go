@@ -159,13 +159,30 @@ func TestMaskURL(t *testing.T) {
 
 func ExampleEnv() {
 	env := config.NewEnv(func(k string) string {
-		return map[string]string{"STOCK_WORKERS": "abc"}[k]
+		return map[string]string{"APP_WORKERS": "abc"}[k]
 	})
-	addr := env.String("HTTP_ADDR", config.DefaultStockHTTPAddr)
-	workers := env.PositiveInt("STOCK_WORKERS", 8)
+	addr := env.String("HTTP_ADDR", ":8080")
+	workers := env.PositiveInt("APP_WORKERS", 8)
 	_, _ = addr, workers
 	if err := env.Err(); err != nil {
 		fmt.Println(err)
 	}
-	// Output: config: STOCK_WORKERS: "abc" is not an integer
+	// Output: config: APP_WORKERS: "abc" is not an integer
+}
+
+// TestVarsListWhatWasRead: Vars lists each variable once, in the order of its first
+// read, with its default as text, whether it was set or not.
+func TestVarsListWhatWasRead(t *testing.T) {
+	t.Parallel()
+	env := config.NewEnv(func(k string) string { return map[string]string{"B": "7"}[k] })
+	env.String("A", "x")
+	env.PositiveInt("B", 3)
+	env.Duration("C", 5*time.Second)
+	env.Bool("D", true)
+	env.Required("E")
+	env.String("A", "y")
+	got := fmt.Sprint(env.Vars())
+	if want := "[{A x} {B 3} {C 5s} {D true} {E (required)}]"; got != want {
+		t.Errorf("Vars() = %s, want %s", got, want)
+	}
 }

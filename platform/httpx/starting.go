@@ -3,7 +3,9 @@ package httpx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync/atomic"
 
@@ -61,4 +63,67 @@ func StartingRouter(logger *slog.Logger, reg *prometheus.Registry, detail string
 		writeProblem(w, req, KindUnavailable, detail, nil)
 	})
 	return r
+}
+
+// Starting is the HTTP server of a process that listens before its dependencies
+// are there: it answers /healthz, /readyz (503 until its checks pass) and
+// /metrics at once, 503 on every other path, and the process's full router from
+// Ready on. Ready is safe to call while Serve runs.
+type Starting struct {
+	ln     net.Listener
+	sw     *Switch
+	logger *slog.Logger
+}
+
+// Listen opens the TCP address addr (":8082", "127.0.0.1:0") and returns a
+// Starting that serves StartingRouter(logger, reg, detail, checks...) until
+// Ready. A listen failure is returned wrapped with the address; nothing is
+// served until Serve runs.
+func Listen(ctx context.Context, addr string, logger *slog.Logger, reg *prometheus.Registry, detail string, checks ...Check) (*Starting, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http listen %s: %w", addr, err)
+	}
+	return &Starting{ln: ln, sw: NewSwitch(StartingRouter(logger, reg, detail, checks...)), logger: logger}, nil
+}
+
+// Addr returns the address the server listens on, with the port chosen for ":0".
+func (s *Starting) Addr() string { return s.ln.Addr().String() }
+
+// Ready makes h, the process's full router, serve every request from now on.
+func (s *Starting) Ready(h http.Handler) { s.sw.Set(h) }
+
+// Serve serves until ctx ends, then shuts down gracefully, as ServeListener
+// does (timeouts, ShutdownTimeout), and returns its result.
+func (s *Starting) Serve(ctx context.Context) error {
+	return ServeListener(ctx, s.ln, s.sw, s.logger)
+}
+
+// Run is a process's life cycle around s: it serves while start, called at once,
+// connects the dependencies, calls Ready and returns the process's main loop (nil
+// for none: the process then serves until ctx ends). Whichever part stops first
+// stops the others: a server failure cancels start and the loop, the loop's end
+// shuts the server down within ShutdownTimeout. It returns nil after a clean
+// shutdown, also when ctx ends while start still waits for a dependency, and
+// otherwise the errors of start or the loop and of the server, joined.
+func (s *Starting) Run(ctx context.Context, start func(ctx context.Context) (loop func(context.Context) error, err error)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- s.Serve(ctx)
+		cancel() // a server failure stops the rest too
+	}()
+	loop, err := start(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = nil // stopped while starting: a clean shutdown, unless the server failed
+	case err == nil && loop != nil:
+		err = loop(ctx)
+	case err == nil:
+		<-ctx.Done()
+	}
+	cancel()
+	return errors.Join(err, <-served)
 }

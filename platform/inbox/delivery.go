@@ -9,7 +9,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/logging"
 )
 
 // HandleDelivery is an amqp.HandlerFunc that decodes d.Body as an event envelope,
@@ -25,54 +27,68 @@ import (
 // with another content (a *ConflictError), without any effect. A database that is
 // unreachable, shutting down or refusing work (see unavailable) is not the event's
 // fault: the error then wraps amqp.ErrUnavailable and the runtime pauses without
-// counting an attempt. Any other error (a handler's) is
-// returned as is and the runtime retries the delivery.
+// counting an attempt. Any other error (a handler's) is returned wrapped as it is
+// and the runtime retries the delivery. A handler marks an error that no retry can
+// fix with ErrPermanent; it never needs the broker package.
+//
+// HandleDelivery logs no failure: the runtime logs each one once, with what it did
+// about it, and the error of a decoded event carries its event_id, event_name and
+// correlation_id as log attributes (logging.ErrorAttrs).
 func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 	if err := checkProperties(d); err != nil {
 		i.consumer.metrics.invalid.Inc()
-		i.logger.LogAttrs(ctx, slog.LevelWarn, "event rejected: its message properties are wrong",
-			slog.String("message_id", d.MessageID), slog.String("type", d.Type), slog.Any("error", err))
 		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, amqp.ErrPermanent, err)
 	}
 	env, err := i.validator.Decode(d.Body)
 	if err != nil {
 		i.consumer.metrics.invalid.Inc()
-		i.logger.LogAttrs(ctx, slog.LevelWarn, "event rejected: it does not satisfy the contract",
-			slog.String("message_id", d.MessageID), slog.String("type", d.Type), slog.Any("error", err))
 		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, amqp.ErrPermanent, err)
 	}
 	if id, perr := uuid.Parse(d.MessageID); d.MessageID != "" && (perr != nil || id != env.EventID) {
 		i.consumer.metrics.invalid.Inc()
 		err := fmt.Errorf("message_id %q differs from the envelope's event_id %s", d.MessageID, env.EventID)
-		i.logger.LogAttrs(ctx, slog.LevelWarn, "event rejected: its message_id is not its event_id",
-			slog.String("message_id", d.MessageID), slog.String("type", d.Type), slog.Any("error", err))
 		return fmt.Errorf("inbox %s: %w: %w", i.consumer.name, amqp.ErrPermanent, err)
 	}
-	log := i.eventLogger(env)
 	duplicate, err := i.Process(ctx, env)
 	switch {
 	case errors.Is(err, ErrConflict):
-		// Counted and logged with both hashes by the Consumer.
-		return fmt.Errorf("%w: %w", amqp.ErrPermanent, err)
+		// Counted by the Consumer, logged once by the consumer runtime.
+		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrPermanent, err)}
 	case Permanent(err):
 		i.consumer.metrics.invalid.Inc()
-		log.LogAttrs(ctx, slog.LevelWarn, "event rejected: it cannot be processed", slog.Any("error", err))
-		return fmt.Errorf("%w: %w", amqp.ErrPermanent, err)
+		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrPermanent, err)}
 	case err != nil && unavailable(err):
-		log.LogAttrs(ctx, slog.LevelWarn, "database unavailable; the event waits in its queue",
-			slog.String("event_name", env.EventName), slog.Any("error", err))
-		return fmt.Errorf("%w: %w", amqp.ErrUnavailable, err)
+		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrUnavailable, err)}
 	case err != nil:
-		log.LogAttrs(ctx, slog.LevelWarn, "event failed; it will be retried",
-			slog.String("event_name", env.EventName), slog.Int("attempt", d.Attempt), slog.Any("error", err))
-		return err
+		return &eventError{env: env, err: err}
 	case duplicate:
-		log.LogAttrs(ctx, slog.LevelInfo, "duplicate event skipped",
+		i.eventLogger(env).LogAttrs(ctx, slog.LevelInfo, "duplicate event skipped",
 			slog.String("event_name", env.EventName), slog.Int("attempt", d.Attempt), slog.Bool("redelivered", d.Redelivered))
 	default:
-		log.LogAttrs(ctx, slog.LevelDebug, "event processed", slog.String("event_name", env.EventName))
+		i.eventLogger(env).LogAttrs(ctx, slog.LevelDebug, "event processed", slog.String("event_name", env.EventName))
 	}
 	return nil
+}
+
+// eventError is a failure of one decoded event: its error, with the event's
+// event_id, event_name and correlation_id as log attributes
+// (logging.AttrError), so the consumer runtime logs the failure once and names
+// the event.
+type eventError struct {
+	env contracts.Envelope
+	err error
+}
+
+func (e *eventError) Error() string { return e.err.Error() }
+func (e *eventError) Unwrap() error { return e.err }
+
+// LogAttrs returns the event's event_id, event_name and correlation_id.
+func (e *eventError) LogAttrs() []slog.Attr {
+	return []slog.Attr{
+		slog.String(logging.KeyEventID, e.env.EventID.String()),
+		slog.String("event_name", e.env.EventName),
+		slog.String(logging.KeyCorrelationID, e.env.CorrelationID),
+	}
 }
 
 // checkProperties refuses a delivery whose AMQP content_type is set and is not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/logging"
 	"example.com/shop/platform/testkit"
 )
 
@@ -128,5 +130,60 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&keys); err != nil || keys != 1 {
 		t.Errorf("keys after a good event delivered twice = %d (%v), want 1", keys, err)
+	}
+}
+
+// TestHandleDeliveryLeavesTheLogToTheRuntime: a failing event is not logged by the
+// inbox; its error names the event through its log attributes, so the consumer
+// runtime logs it once with its event_id. A handler's inbox.ErrPermanent
+// dead-letters the delivery (amqp.ErrPermanent) without the handler knowing the
+// broker.
+func TestHandleDeliveryLeavesTheLogToTheRuntime(t *testing.T) {
+	t.Parallel()
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := testkit.NewDatabase(t, migrations)
+	ctx := testkit.Context(t)
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger, logs := testkit.Logger(t)
+	ib := inbox.New(pool, "c", v, logger, nil)
+	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error {
+		return fmt.Errorf("decode: %w", inbox.ErrPermanent)
+	})
+	ib.Register(contracts.EventOrderCancelled, func(context.Context, pgx.Tx, contracts.Envelope) error { return errors.New("boom") })
+	for _, tt := range []struct {
+		name      string
+		permanent bool
+	}{{contracts.EventOrderPlaced, true}, {contracts.EventOrderCancelled, false}} {
+		env, err := contracts.NewEnvelope(tt.name, contracts.ProducerOrder, "corr-1", contracts.OrderPlaced{
+			OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
+		}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ib.HandleDelivery(ctx, amqp.Delivery{Body: b, MessageID: env.EventID.String(), Attempt: 1})
+		if err == nil || errors.Is(err, amqp.ErrPermanent) != tt.permanent {
+			t.Errorf("%s: err = %v, want permanent %v", tt.name, err, tt.permanent)
+		}
+		got := map[string]string{}
+		for _, a := range logging.ErrorAttrs(err) {
+			got[a.Key] = a.Value.String()
+		}
+		if got["event_id"] != env.EventID.String() || got["event_name"] != tt.name || got["correlation_id"] != "corr-1" {
+			t.Errorf("%s: error attributes = %v, want the event's", tt.name, got)
+		}
+	}
+	if l := logs.String(); strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+		t.Errorf("the inbox logged a failure itself:\n%s", l)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -294,4 +296,24 @@ func ConnConfig(databaseURL string) (*pgx.ConnConfig, error) {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	return cfg.ConnConfig, nil
+}
+
+// WithPoolSize returns the postgres:// (or postgresql://) URL raw with
+// pool_max_conns=n added when it does not set pool_max_conns itself, so a pool
+// has a connection for each of n concurrent users. Other forms (key/value
+// strings) and unparseable values are returned unchanged. Only pgxpool
+// understands the parameter: give the result to NewPool or WaitPool, never to
+// a plain connection, whose server refuses it.
+func WithPoolSize(raw string, n int) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return raw
+	}
+	q := u.Query()
+	if q.Has("pool_max_conns") {
+		return raw
+	}
+	q.Set("pool_max_conns", strconv.Itoa(n))
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -64,7 +64,7 @@ func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Messag
 	}()
 	pubs := make([]*amqp.Publisher, n)
 	for i := range conns {
-		c, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+		c, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
 		if err != nil {
 			return 0, err
 		}

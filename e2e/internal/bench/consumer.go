@@ -279,7 +279,7 @@ func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env) error 
 	if err != nil {
 		return err
 	}
-	conn, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+	conn, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
 	if err != nil {
 		return err
 	}

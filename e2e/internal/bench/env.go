@@ -260,7 +260,7 @@ func emptyVhost(amqpURL string) error {
 		return fmt.Errorf("empty vhost: %w", err)
 	}
 	defer conn.Close()
-	topo := amqp.DefaultTopology()
+	topo := shopTopology()
 	queues := topo.QueueNames()
 	for _, q := range topo.Queues { // the consumers' retry queues
 		for _, d := range amqp.DefaultRetryDelays() {
@@ -307,4 +307,14 @@ func placedMessages(n int) ([]amqp.Message, error) {
 		msgs[i] = amqp.Message{RoutingKey: contracts.EventOrderPlaced, MessageID: id, Type: contracts.EventOrderPlaced, Body: body}
 	}
 	return msgs, nil
+}
+
+// shopTopology is the topology the relay declares: the event exchanges and every
+// consumer queue of the contract with its dead-letter queue, no retry queue.
+func shopTopology() amqp.Topology {
+	var queues []amqp.QueueSpec
+	for _, c := range contracts.Consumers() {
+		queues = append(queues, amqp.ConsumerQueue(c, nil))
+	}
+	return amqp.EventTopology(queues...)
 }

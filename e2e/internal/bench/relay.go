@@ -280,7 +280,7 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode string, 
 		return 0, 0, err
 	}
 	defer pool.Close()
-	conn, err := amqp.Dial(ctx, amqpURL, amqp.DefaultTopology(), e.logger)
+	conn, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,4 +1,5 @@
-// Package boundaries holds the test that enforces the dependency rules of the
-// layout: contracts imports no other part of the project, platform never
-// imports a service, and services never import each other.
+// Package boundaries checks the layout's rules (docs/architecture.md, "Layout and
+// boundaries"): which part may import which, that platform names no service, that
+// event handlers never see the broker and that domain packages hold no SQL or
+// transport.
 package boundaries

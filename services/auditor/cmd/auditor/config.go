@@ -36,27 +36,26 @@ type serveConfig struct {
 	Window           time.Duration
 }
 
-// loadServeConfig reads serveConfig through getenv. The error names every bad variable.
-func loadServeConfig(getenv func(string) string) (serveConfig, error) {
-	env := config.NewEnv(getenv)
+// loadServeConfig reads serveConfig through env; env.Err names every bad variable.
+func loadServeConfig(env *config.Env) serveConfig {
 	c := serveConfig{
-		OrderDatabaseURL: env.String("AUDITOR_ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
+		OrderDatabaseURL: env.String("AUDITOR_ORDER_DATABASE_URL", "postgres://postgres@localhost:5432/orders?sslmode=disable"),
 		ConsumerDBs: map[string]string{
-			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_DATABASE_URL", config.DefaultStockDatabaseURL),
-			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_DATABASE_URL", config.DefaultShippingDatabaseURL),
+			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable"),
+			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable"),
 		},
 		MetricsURLs: map[string]string{
-			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_METRICS_URL", "http://localhost"+config.DefaultStockHTTPAddr+"/metrics"),
-			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_METRICS_URL", "http://localhost"+config.DefaultShippingHTTPAddr+"/metrics"),
+			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_METRICS_URL", "http://localhost:8082/metrics"),
+			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_METRICS_URL", "http://localhost:8083/metrics"),
 		},
 		AMQPURL:  env.String("AMQP_URL", config.DefaultAMQPURL),
-		HTTPAddr: env.String("HTTP_ADDR", config.DefaultAuditorHTTPAddr),
+		HTTPAddr: env.String("HTTP_ADDR", ":8085"),
 		Interval: env.PositiveDuration("AUDIT_INTERVAL", 5*time.Second),
 		Grace:    env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),
 		Window:   env.PositiveDuration("AUDIT_WINDOW", 15*time.Minute),
 	}
 	c.LogLevel = logging.LevelFromEnv(env)
-	return c, env.Err()
+	return c
 }
 
 // LogValue logs the configuration with the passwords masked.

@@ -6,23 +6,22 @@
 //	                   API, /audit, /healthz, /readyz and /metrics; the continuous audit
 //	auditor --version  print the version
 //
-// Configuration is read from the environment; see config.go.
+// `auditor help serve` lists the environment variables it reads with their defaults
+// (config.go); run.go holds its life cycle.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"example.com/shop/platform/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "auditor:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, service, err))
 }

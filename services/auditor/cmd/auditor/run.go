@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/logging"
@@ -25,59 +25,24 @@ import (
 	"example.com/shop/services/auditor/internal/store"
 )
 
-const usage = "usage: auditor serve | --version"
-
 // service names the auditor in logs.
 const service = "auditor"
 
 // run is the whole program: args are os.Args, getenv reads the environment, command
 // output goes to stdout and JSON logs to stderr. For serve it returns once ctx ends
-// and the server has shut down.
+// and the server has shut down; a *cli.UsageError for a command line that cannot run.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) < 2 {
-		return errors.New(usage)
-	}
-	switch cmd, rest := args[1], args[2:]; cmd {
-	case "serve":
-		if len(rest) > 0 {
-			if isHelp(rest[0]) {
-				fmt.Fprintln(stdout, "usage: auditor serve   (settings from the environment: AUDITOR_*_DATABASE_URL, AMQP_URL, HTTP_ADDR, AUDIT_INTERVAL, AUDIT_GRACE, AUDIT_WINDOW)")
-				return nil
-			}
-			if rest[0] == "--version" {
-				return printVersion(stdout)
-			}
-			return fmt.Errorf("serve: unexpected argument %q; %s", rest[0], usage)
-		}
-		return runServe(ctx, getenv, stderr)
-	case "--version", "version":
-		return printVersion(stdout)
-	default:
-		if isHelp(cmd) {
-			fmt.Fprintln(stdout, usage)
-			return nil
-		}
-		return fmt.Errorf("unknown command %q; %s", cmd, usage)
-	}
-}
-
-func isHelp(arg string) bool { return arg == "help" || arg == "-h" || arg == "--help" }
-
-// printVersion prints the module version and VCS revision the binary was built from.
-func printVersion(stdout io.Writer) error {
-	version, revision := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = " " + s.Value
-			}
-		}
-	}
-	fmt.Fprintf(stdout, "auditor %s%s\n", version, revision)
-	return nil
+	return cli.Program{
+		Name:    service,
+		Summary: "audits that every published event reached its consumers; the journey API and live page",
+		Commands: []cli.Command{{
+			Name: "serve",
+			Summary: "serve the live page at /, the journey API, /audit, /healthz, /readyz and /metrics " +
+				"on HTTP_ADDR, and audit continuously",
+			Env: func(env *config.Env) { loadServeConfig(env) },
+			Run: func(ctx context.Context, _ []string) error { return runServe(ctx, getenv, stderr) },
+		}},
+	}.Run(ctx, args, stdout)
 }
 
 // runServe serves the auditor until ctx ends: config and logger; the listener, which
@@ -86,7 +51,9 @@ func printVersion(stdout io.Writer) error {
 // full router. ctx's end stops the audit and starts a graceful HTTP shutdown bounded
 // by httpx.ShutdownTimeout (10 s).
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := loadServeConfig(getenv)
+	env := config.NewEnv(getenv)
+	cfg := loadServeConfig(env)
+	err := env.Err()
 	if err != nil {
 		return err
 	}

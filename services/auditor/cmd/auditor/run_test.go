@@ -22,7 +22,7 @@ func TestHelpVersionAndBadInput(t *testing.T) {
 	ctx := context.Background()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"serve", "--help"}} {
 		var out bytes.Buffer
-		if err := run(ctx, append([]string{"auditor"}, args...), env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: auditor serve") {
+		if err := run(ctx, append([]string{"auditor"}, args...), env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "usage: auditor") || !strings.Contains(out.String(), "serve") {
 			t.Errorf("%v: %v, %q", args, err, out.String())
 		}
 	}

@@ -7,6 +7,13 @@ import (
 	"example.com/shop/platform/logging"
 )
 
+// Defaults of the order service (docs/operations.md lists every variable).
+const (
+	defaultDatabaseURL   = "postgres://postgres@localhost:5432/orders?sslmode=disable"
+	defaultHTTPAddr      = ":8081"
+	defaultRelayHTTPAddr = ":8084"
+)
+
 // serveConfig is the configuration of `order serve`, read from the environment:
 //
 //	ORDER_DATABASE_URL  PostgreSQL URL (default postgres://postgres@localhost:5432/orders?sslmode=disable);
@@ -21,16 +28,14 @@ type serveConfig struct {
 	MigrateOnStart bool
 }
 
-// loadServeConfig reads serveConfig through getenv. The error names every bad variable.
-func loadServeConfig(getenv func(string) string) (serveConfig, error) {
-	env := config.NewEnv(getenv)
-	c := serveConfig{
-		DatabaseURL:    env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		HTTPAddr:       env.String("HTTP_ADDR", config.DefaultOrderHTTPAddr),
+// loadServeConfig reads serveConfig through env; env.Err names every bad variable.
+func loadServeConfig(env *config.Env) serveConfig {
+	return serveConfig{
+		DatabaseURL:    env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		HTTPAddr:       env.String("HTTP_ADDR", defaultHTTPAddr),
 		LogLevel:       logging.LevelFromEnv(env),
 		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
 	}
-	return c, env.Err()
 }
 
 // LogValue logs the configuration with the database password masked.
@@ -50,14 +55,12 @@ type migrateConfig struct {
 	LogLevel    slog.Level
 }
 
-// loadMigrateConfig reads migrateConfig through getenv. The error names every bad variable.
-func loadMigrateConfig(getenv func(string) string) (migrateConfig, error) {
-	env := config.NewEnv(getenv)
-	c := migrateConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
+// loadMigrateConfig reads migrateConfig through env; env.Err names every bad variable.
+func loadMigrateConfig(env *config.Env) migrateConfig {
+	return migrateConfig{
+		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		LogLevel:    logging.LevelFromEnv(env),
 	}
-	return c, env.Err()
 }
 
 // LogValue logs the configuration with the database password masked.
@@ -66,4 +69,12 @@ func (c migrateConfig) LogValue() slog.Value {
 		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
 		slog.String("log_level", c.LogLevel.String()),
 	)
+}
+
+// load reads a command's configuration through getenv with read; the error names
+// every variable that cannot be used.
+func load[T any](getenv func(string) string, read func(*config.Env) T) (T, error) {
+	env := config.NewEnv(getenv)
+	c := read(env)
+	return c, env.Err()
 }

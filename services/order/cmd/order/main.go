@@ -7,23 +7,23 @@
 //	order replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]
 //	                                       put the published events of a period back in line for the relay
 //
-// Configuration is read from the environment; see config.go and relay.go.
+// `order help` lists the commands, `order help <command>` a command's flags and the
+// environment variables it reads with their defaults (config.go, relay.go); run.go
+// and relay.go hold each command's life cycle.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"example.com/shop/platform/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "order:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, service, err))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
@@ -51,17 +52,16 @@ type relayConfig struct {
 	HTTPAddr    string
 	LogLevel    slog.Level
 	Relay       outbox.RelayConfig
-	// DeclareQueues: declare amqp.DefaultTopology's queues, not only its exchanges.
+	// DeclareQueues: declare every consumer's queue (relayTopology), not only the exchanges.
 	DeclareQueues bool
 }
 
-// loadRelayConfig reads relayConfig through getenv. The error names every bad variable.
-func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
-	env := config.NewEnv(getenv)
+// loadRelayConfig reads relayConfig through env; env.Err names every bad variable.
+func loadRelayConfig(env *config.Env) relayConfig {
 	c := relayConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
+		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
-		HTTPAddr:    env.String("HTTP_ADDR", config.DefaultRelayHTTPAddr),
+		HTTPAddr:    env.String("HTTP_ADDR", defaultRelayHTTPAddr),
 		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
 		DeclareQueues: env.Bool("RELAY_DECLARE_QUEUES", true),
@@ -83,7 +83,7 @@ func loadRelayConfig(getenv func(string) string) (relayConfig, error) {
 	if 2*c.Relay.LockKeepalive > c.Relay.LockTimeout {
 		env.Errorf("RELAY_LOCK_KEEPALIVE", "%v is more than half of RELAY_LOCK_TIMEOUT (%v)", c.Relay.LockKeepalive, c.Relay.LockTimeout)
 	}
-	return c, env.Err()
+	return c
 }
 
 // LogValue logs the configuration with the passwords masked.
@@ -118,11 +118,8 @@ func (c relayConfig) LogValue() slog.Value {
 // hand are finished or rolled back, then
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
-func runRelay(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	if err := noArgs("relay", args); err != nil {
-		return err
-	}
-	cfg, err := loadRelayConfig(getenv)
+func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := load(getenv, loadRelayConfig)
 	if err != nil {
 		return err
 	}
@@ -166,10 +163,7 @@ func runRelay(ctx context.Context, args []string, getenv func(string) string, _,
 		defer pool.Close()
 		db.Store(pool)
 
-		topo := amqp.DefaultTopology()
-		if !cfg.DeclareQueues {
-			topo.Queues = nil
-		}
+		topo := relayTopology(cfg.DeclareQueues)
 		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -201,31 +195,26 @@ type purgeConfig struct {
 	LogLevel    slog.Level
 }
 
+// loadPurgeConfig reads purgeConfig through env; env.Err names every bad variable.
+func loadPurgeConfig(env *config.Env) purgeConfig {
+	return purgeConfig{
+		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		LogLevel:    logging.LevelFromEnv(env),
+	}
+}
+
 // runPurgeOutbox deletes the outbox rows published longer ago than the
-// horizon given by --older-than (a Go duration such as 168h, required,
-// > 0), then the API's Idempotency-Keys (processed_event, consumer
+// horizon olderThan (the --older-than flag, a Go duration such as 168h,
+// required, > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
 // each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
 // deleted.
-func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("purge-outbox", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	olderThan := fs.Duration("older-than", 0, "delete rows published longer ago than this `duration` (for example 168h); required")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("purge-outbox: %w", err)
+func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(string) string, stdout, stderr io.Writer) error {
+	if olderThan <= 0 {
+		return cli.Usagef("purge-outbox", "purge-outbox: --older-than must be a positive duration such as 168h, got %v", olderThan)
 	}
-	if err := noArgs("purge-outbox", fs.Args()); err != nil {
-		return err
-	}
-	if *olderThan <= 0 {
-		return fmt.Errorf("purge-outbox: --older-than must be a positive duration such as 168h, got %v", *olderThan)
-	}
-	env := config.NewEnv(getenv)
-	cfg := purgeConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
-		LogLevel:    logging.LevelFromEnv(env),
-	}
-	if err := env.Err(); err != nil {
+	cfg, err := load(getenv, loadPurgeConfig)
+	if err != nil {
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, servicePurge)
@@ -236,20 +225,36 @@ func runPurgeOutbox(ctx context.Context, args []string, getenv func(string) stri
 	}
 	defer pool.Close()
 	start := time.Now()
-	n, err := outbox.Purge(ctx, pool, *olderThan)
-	logger.InfoContext(ctx, "outbox purged", slog.Int64("rows", n), slog.Duration("older_than", *olderThan),
+	n, err := outbox.Purge(ctx, pool, olderThan)
+	logger.InfoContext(ctx, "outbox purged", slog.Int64("rows", n), slog.Duration("older_than", olderThan),
 		slog.Duration("took", time.Since(start)), slog.Any("error", err))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "purged %d outbox rows published more than %v ago\n", n, *olderThan)
+	fmt.Fprintf(stdout, "purged %d outbox rows published more than %v ago\n", n, olderThan)
 
 	// The API's Idempotency-Keys share the horizon: a retry older than it creates anew.
-	keys, err := inbox.Purge(ctx, pool, api.IdempotencyConsumer, *olderThan)
+	keys, err := inbox.Purge(ctx, pool, api.IdempotencyConsumer, olderThan)
 	logger.InfoContext(ctx, "idempotency keys purged", slog.Int64("rows", keys), slog.Any("error", err))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "purged %d idempotency keys used more than %v ago\n", keys, *olderThan)
+	fmt.Fprintf(stdout, "purged %d idempotency keys used more than %v ago\n", keys, olderThan)
 	return nil
+}
+
+// relayTopology is what the relay declares (docs/architecture.md, flow step 4): the
+// event exchange app.events with its alternate exchange and unroutable queue, the
+// dead-letter exchange and, with queues, every consumer's queue of the contract with
+// its dead-letter queue and no retry queue, so an event published before a consumer
+// first starts waits in its queue instead of the unroutable one.
+func relayTopology(queues bool) amqp.Topology {
+	if !queues {
+		return amqp.EventTopology()
+	}
+	var specs []amqp.QueueSpec
+	for _, c := range contracts.Consumers() {
+		specs = append(specs, amqp.ConsumerQueue(c, nil))
+	}
+	return amqp.EventTopology(specs...)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/outbox"
@@ -21,7 +22,20 @@ import (
 // serviceReplay names the replay command in its log lines.
 const serviceReplay = "order-replay-outbox"
 
-const replayUsage = "usage: order replay-outbox --since RFC3339 --until RFC3339 [--event-name NAME] [--dry-run] [--force]"
+// replayFlags are the flags of replay-outbox.
+type replayFlags struct {
+	since, until, eventName string
+	dryRun, force           bool
+}
+
+// declare adds the flags to fs.
+func (f *replayFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&f.since, "since", "", "start of the period of occurred_at, `RFC3339` (inclusive); required")
+	fs.StringVar(&f.until, "until", "", "end of the period of occurred_at, `RFC3339` (exclusive); required")
+	fs.StringVar(&f.eventName, "event-name", "", "replay only this event `name` (default: every event)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "count the rows, change nothing")
+	fs.BoolVar(&f.force, "force", false, "accept a --since older than OUTBOX_REPLAY_HORIZON")
+}
 
 // replayConfig is the configuration of `order replay-outbox`, read from the environment:
 //
@@ -37,13 +51,12 @@ type replayConfig struct {
 	LogLevel     slog.Level
 }
 
-// loadReplayConfig reads replayConfig through getenv. The error names every bad
+// loadReplayConfig reads replayConfig through env; env.Err names every bad
 // variable, and refuses a replay horizon longer than the consumers' dedup horizon:
 // a replayed event whose key a consumer may have purged would be applied again.
-func loadReplayConfig(getenv func(string) string) (replayConfig, error) {
-	env := config.NewEnv(getenv)
+func loadReplayConfig(env *config.Env) replayConfig {
 	c := replayConfig{
-		DatabaseURL:  env.String("ORDER_DATABASE_URL", config.DefaultOrderDatabaseURL),
+		DatabaseURL:  env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
 		Horizon:      env.PositiveDuration("OUTBOX_REPLAY_HORIZON", outbox.DefaultReplayHorizon),
 		MinRetention: env.PositiveDuration("INBOX_MIN_RETENTION", outbox.DefaultReplayHorizon),
 		LogLevel:     logging.LevelFromEnv(env),
@@ -52,7 +65,7 @@ func loadReplayConfig(getenv func(string) string) (replayConfig, error) {
 		env.Errorf("OUTBOX_REPLAY_HORIZON", "%v exceeds INBOX_MIN_RETENTION (%v): consumers may have purged the keys of "+
 			"events that old, and would apply them again", c.Horizon, c.MinRetention)
 	}
-	return c, env.Err()
+	return c
 }
 
 // runReplayOutbox puts the published outbox rows whose occurred_at falls in
@@ -61,32 +74,12 @@ func loadReplayConfig(getenv func(string) string) (replayConfig, error) {
 // --since older than OUTBOX_REPLAY_HORIZON is refused unless --force
 // (docs/architecture.md rule 5). The relay, running or started later, publishes
 // them again with their event ids; consumers count them as duplicates.
-func runReplayOutbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay-outbox", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), replayUsage)
-		fs.PrintDefaults()
-	}
-	since := fs.String("since", "", "start of the period of occurred_at, RFC 3339 (inclusive); required")
-	until := fs.String("until", "", "end of the period of occurred_at, RFC 3339 (exclusive); required")
-	eventName := fs.String("event-name", "", "replay only this event name (default: every event)")
-	dryRun := fs.Bool("dry-run", false, "count the rows, change nothing")
-	force := fs.Bool("force", false, "accept a --since older than OUTBOX_REPLAY_HORIZON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("replay-outbox: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("replay-outbox: unexpected argument %q; %s", fs.Arg(0), replayUsage)
-	}
-	req, err := replayRequest(*since, *until, *eventName, *dryRun, *force)
+func runReplayOutbox(ctx context.Context, f replayFlags, getenv func(string) string, stdout, stderr io.Writer) error {
+	req, err := replayRequest(f.since, f.until, f.eventName, f.dryRun, f.force)
 	if err != nil {
-		return err
+		return cli.Usagef("replay-outbox", "replay-outbox: %w", err)
 	}
-	cfg, err := loadReplayConfig(getenv)
+	cfg, err := load(getenv, loadReplayConfig)
 	if err != nil {
 		return err
 	}
@@ -146,7 +139,7 @@ func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.R
 		errs = append(errs, fmt.Errorf("--event-name %q is not one of %s", eventName, strings.Join(contracts.EventNames(), ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return req, fmt.Errorf("replay-outbox: %w; %s", err, replayUsage)
+		return req, err
 	}
 	return req, nil
 }

@@ -95,7 +95,7 @@ func TestReplayOutboxRefusals(t *testing.T) {
 		t.Errorf("forced: %v, want only a database error", err)
 	}
 	var out bytes.Buffer
-	if err := run(ctx, []string{"order", "replay-outbox", "--help"}, env(nil), io.Discard, &out); err != nil ||
+	if err := run(ctx, []string{"order", "replay-outbox", "--help"}, env(nil), &out, io.Discard); err != nil ||
 		!strings.Contains(out.String(), "--since RFC3339") {
 		t.Errorf("--help: %v, %q", err, out.String())
 	}

@@ -2,16 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"flag"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/logging"
@@ -24,8 +24,6 @@ import (
 	"example.com/shop/services/order/migrations"
 )
 
-const usage = "usage: order serve | relay | migrate | purge-outbox --older-than DURATION | replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]"
-
 // Each process of the order service names itself in the service attribute of its
 // log lines; a one-shot command is named after its subcommand.
 const (
@@ -35,58 +33,73 @@ const (
 	servicePurge   = "order-purge-outbox"
 )
 
-// migrateCommand creates the order database and its tables; serve and relay name it
-// while they wait for them.
-const migrateCommand = "order migrate"
+// service is the binary's name, and migrateCommand the command that creates the
+// order database and its tables; serve and relay name it while they wait for them.
+const (
+	service        = "order"
+	migrateCommand = service + " migrate"
+)
 
 // run is the whole program: args are os.Args, getenv reads the environment,
 // command output goes to stdout and JSON logs to stderr. It returns when the
-// command is done or, for serve, once ctx ends and the server has shut down.
-// Each subcommand reads its own configuration and gets the arguments after
-// its name.
+// command is done or, for serve and relay, once ctx ends and everything has
+// shut down; a *cli.UsageError for a command line that cannot run. Each
+// subcommand reads its own configuration (config.go, relay.go).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) < 2 {
-		return errors.New(usage)
-	}
-	switch cmd, rest := args[1], args[2:]; cmd {
-	case "serve":
-		return runServe(ctx, rest, getenv, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, getenv, stdout, stderr)
-	case "relay":
-		return runRelay(ctx, rest, getenv, stdout, stderr)
-	case "purge-outbox":
-		return runPurgeOutbox(ctx, rest, getenv, stdout, stderr)
-	case "replay-outbox":
-		return runReplayOutbox(ctx, rest, getenv, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q; %s", cmd, usage)
-	}
-}
-
-func noArgs(cmd string, args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%s: unexpected argument %q; %s", cmd, args[0], usage)
-	}
-	return nil
+	var (
+		olderThan time.Duration
+		replay    replayFlags
+	)
+	return cli.Program{
+		Name:    service,
+		Summary: "the order service: orders over HTTP, their events through the outbox and its relay",
+		Commands: []cli.Command{{
+			Name:    "serve",
+			Summary: "serve the order API on HTTP_ADDR with /healthz, /readyz and /metrics",
+			Env:     func(env *config.Env) { loadServeConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runServe(ctx, getenv, stderr) },
+		}, {
+			Name:    "relay",
+			Summary: "publish the outbox to RabbitMQ (health and metrics on HTTP_ADDR)",
+			Env:     func(env *config.Env) { loadRelayConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runRelay(ctx, getenv, stderr) },
+		}, {
+			Name:    "migrate",
+			Summary: "create the order database if missing and apply the embedded migrations",
+			Env:     func(env *config.Env) { loadMigrateConfig(env) },
+			Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stderr) },
+		}, {
+			Name:    "purge-outbox",
+			Summary: "delete outbox rows published, and Idempotency-Keys used, longer ago than --older-than",
+			Flags: func(fs *flag.FlagSet) {
+				fs.DurationVar(&olderThan, "older-than", 0, "delete rows published longer ago than this `duration` (for example 168h); required")
+			},
+			Env: func(env *config.Env) { loadPurgeConfig(env) },
+			Run: func(ctx context.Context, _ []string) error {
+				return runPurgeOutbox(ctx, olderThan, getenv, stdout, stderr)
+			},
+		}, {
+			Name:    "replay-outbox",
+			Summary: "put published outbox rows of a period back in line for the relay (docs/architecture.md, rule 5)",
+			Flags:   replay.declare,
+			Env:     func(env *config.Env) { loadReplayConfig(env) },
+			Run: func(ctx context.Context, _ []string) error {
+				return runReplayOutbox(ctx, replay, getenv, stdout, stderr)
+			},
+		}},
+	}.Run(ctx, args, stdout)
 }
 
 // runServe serves the order API until ctx ends: config, logger, then the
-// listener, answering /healthz, /metrics and /readyz (503 until the database
-// is connected) and a 503 problem on every other path; then the optional
+// listener (httpx.Listen), answering /healthz, /metrics and /readyz (503 until the
+// database is connected) and a 503 problem on every other path; then the optional
 // migrations, retried while the server does not answer (pg.Retry); the
 // database pool, waited for with pg.WaitPool; and the order routes. ctx's end
 // starts a graceful shutdown bounded by httpx.ShutdownTimeout (10 s); it
 // returns nil after a clean one, also when ctx ends while it still waits for
 // the database.
-func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	if err := noArgs("serve", args); err != nil {
-		return err
-	}
-	cfg, err := loadServeConfig(getenv)
+func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := load(getenv, loadServeConfig)
 	if err != nil {
 		return err
 	}
@@ -107,50 +120,32 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	check := httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping)
 	// Serve health, readiness and metrics while the database is awaited; the
 	// order routes join once it is connected.
-	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to the database yet", check))
-
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
+	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to the database yet", check)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- httpx.ServeListener(ctx, ln, handler, logger)
-		cancel() // a server failure stops the start-up too
-	}()
-	logger.InfoContext(ctx, "order service listening", slog.String("addr", ln.Addr().String()))
-
-	err = func() error {
+	logger.InfoContext(ctx, "order service listening", slog.String("addr", srv.Addr()))
+	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
 				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
 			}); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		p, err := pg.WaitPool(ctx, cfg.DatabaseURL, logger,
 			pg.CreatedBy(migrateCommand), pg.RequireTables("orders", "outbox", "processed_event"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		pool.Store(p)
 		st := store.New(p, outbox.NewWriter(validator, contracts.ProducerOrder))
 		router := httpx.NewRouter(logger, reg, check)
 		api.New(st, logger, reg).Routes(router)
-		handler.Set(router)
+		srv.Ready(router)
 		logger.InfoContext(ctx, "order service ready", slog.String("database", config.MaskURL(cfg.DatabaseURL)))
-		return nil
-	}()
-	if err != nil && ctx.Err() != nil {
-		err = nil // stopped while starting: a clean shutdown, unless HTTP failed
-	}
-	if err != nil {
-		cancel()
-	}
-	err = errors.Join(err, <-served)
+		return nil, nil // serve until ctx ends
+	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }
@@ -158,11 +153,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 // runMigrate creates the order database when it is missing and applies the
 // embedded migrations, logging each one and the outcome as JSON on stderr
 // (migrate.Apply); running it again applies nothing.
-func runMigrate(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	if err := noArgs("migrate", args); err != nil {
-		return err
-	}
-	cfg, err := loadMigrateConfig(getenv)
+func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}

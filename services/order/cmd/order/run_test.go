@@ -345,7 +345,7 @@ func TestCommandLineErrors(t *testing.T) {
 		vars map[string]string
 		want []string
 	}{
-		{[]string{"order"}, nil, []string{"usage"}},
+		{[]string{"order"}, nil, []string{"no command given"}},
 		{[]string{"order", "dance"}, nil, []string{`unknown command "dance"`}},
 		{[]string{"order", "serve", "extra"}, nil, []string{`unexpected argument "extra"`}},
 		{[]string{"order", "serve"}, map[string]string{"LOG_LEVEL": "loud", "MIGRATE_ON_START": "maybe"},
@@ -367,7 +367,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestConfigDefaultsAndMasking(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadServeConfig(env(nil))
+	cfg, err := load(env(nil), loadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 		cfg.LogLevel != slog.LevelInfo || cfg.MigrateOnStart {
 		t.Errorf("defaults = %+v", cfg)
 	}
-	cfg, err = loadServeConfig(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}))
+	cfg, err = load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), loadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

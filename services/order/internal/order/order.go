@@ -10,8 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/looplab/fsm"
-
-	"example.com/shop/contracts"
 )
 
 // Status is the life-cycle state of an order.
@@ -86,13 +84,26 @@ type Line struct {
 	Quantity Quantity
 }
 
+// EventKind says which transition recorded an Event.
+type EventKind string
+
+// The kinds of event the transitions record.
+const (
+	// EventPlaced is recorded by Place.
+	EventPlaced EventKind = "placed"
+	// EventCancelled is recorded by Cancel.
+	EventCancelled EventKind = "cancelled"
+)
+
 // Event is a domain event recorded by a transition, to be written to the
-// outbox in the transaction that saves the order.
+// outbox in the transaction that saves the order (package events maps it to the
+// contract). It holds the order as the transition left it.
 type Event struct {
-	// Name is the contract event name, e.g. contracts.EventOrderPlaced.
-	Name string
-	// Payload is the contract payload: contracts.OrderPlaced or contracts.OrderCancelled.
-	Payload any
+	Kind       EventKind
+	OrderID    uuid.UUID
+	CustomerID uuid.UUID
+	Lines      []Line
+	Version    int // the order's version after the transition
 }
 
 // Order is the order aggregate. Its fields are unexported: New and
@@ -191,14 +202,10 @@ func newOrder(id, customerID uuid.UUID, lines []Line, status Status, version int
 		},
 		fsm.Callbacks{
 			"enter_" + string(StatusPlaced): func(_ context.Context, e *fsm.Event) {
-				o.applied(e, func(p contracts.OrderPlaced) Event {
-					return Event{Name: contracts.EventOrderPlaced, Payload: p}
-				})
+				o.applied(e, EventPlaced)
 			},
 			"enter_" + string(StatusCancelled): func(_ context.Context, e *fsm.Event) {
-				o.applied(e, func(p contracts.OrderPlaced) Event {
-					return Event{Name: contracts.EventOrderCancelled, Payload: contracts.OrderCancelled(p)}
-				})
+				o.applied(e, EventCancelled)
 			},
 		},
 	)
@@ -206,24 +213,17 @@ func newOrder(id, customerID uuid.UUID, lines []Line, status Status, version int
 }
 
 // applied finishes a transition: the order gets its next version and the time passed to
-// Place or Cancel (the event's only argument), then records the event built by event.
-func (o *Order) applied(e *fsm.Event, event func(contracts.OrderPlaced) Event) {
+// Place or Cancel (the event's only argument), then records an event of kind.
+func (o *Order) applied(e *fsm.Event, kind EventKind) {
 	o.version++
 	if len(e.Args) == 1 {
 		if now, ok := e.Args[0].(time.Time); ok {
 			o.updatedAt = now
 		}
 	}
-	o.events = append(o.events, event(o.snapshot()))
-}
-
-// snapshot is the order as the contract payloads carry it.
-func (o *Order) snapshot() contracts.OrderPlaced {
-	lines := make([]contracts.OrderLine, len(o.lines))
-	for i, l := range o.lines {
-		lines[i] = contracts.OrderLine{ProductID: l.ProductID, Quantity: l.Quantity.String()}
-	}
-	return contracts.OrderPlaced{OrderID: o.id, CustomerID: o.customerID, Lines: lines, Version: o.version}
+	o.events = append(o.events, Event{
+		Kind: kind, OrderID: o.id, CustomerID: o.customerID, Lines: o.Lines(), Version: o.version,
+	})
 }
 
 // Place moves a draft order to placed at time now: the version grows by one and

@@ -15,6 +15,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/services/order/internal/events"
 	"example.com/shop/services/order/internal/order"
 )
 
@@ -144,7 +145,11 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 // correlation id.
 func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) error {
 	for _, e := range o.Events() {
-		if _, err := s.outbox.Write(ctx, tx, e.Name, o.ID().String(), o.ID().String(), e.Payload); err != nil {
+		name, payload, err := events.Outbox(e)
+		if err != nil {
+			return err
+		}
+		if _, err := s.outbox.Write(ctx, tx, name, o.ID().String(), o.ID().String(), payload); err != nil {
 			return err
 		}
 	}

@@ -1,29 +1,33 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"example.com/shop/platform/config"
-	"example.com/shop/platform/consumerapp"
-	"example.com/shop/platform/consumerapp/consumerapptest"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/servetest"
+	"example.com/shop/services/shipping/migrations"
 )
 
-func envOf(kv map[string]string) func(string) string {
+func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
 }
 
-// TestServe runs `shipping migrate` and `shipping serve` in process with SHIPPING_*
-// settings on a fresh database and vhost, publishes a placed event to app.events and
-// reads the result over HTTP; consumerapptest checks the clean shutdown and that the
-// logs hold no error and no broker password.
+// TestServe runs `shipping migrate` and `shipping serve` in process on a fresh
+// database and vhost, publishes a placed event to app.events and reads the result over
+// HTTP; servetest checks the clean shutdown and that the logs hold no error and no
+// broker password.
 func TestServe(t *testing.T) {
 	t.Parallel()
 	amqpURL := testkit.NewVhost(t)
@@ -33,33 +37,35 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":6}`) {
+	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":6}`) {
 		t.Errorf("migrate said %q", out)
 	}
-	srv := consumerapptest.Start(t, spec(), vars)
+	srv := servetest.Start(t, run, "shipping", vars)
 
-	envl, p := consumerapptest.Placed(t, "1.000")
+	envl, p := servetest.Placed(t, "1.000")
 	orderID := p.OrderID
-	consumerapptest.Publish(t, amqpURL, envl)
+	servetest.Publish(t, amqpURL, envl)
 
 	var status struct {
 		OrderID string `json:"order_id"`
 		Status  string `json:"status"`
 		Version int    `json:"version"`
 	}
-	consumerapptest.GetJSON(t, srv.URL+"/order-status/"+orderID.String(), http.StatusOK, &status)
+	servetest.GetJSON(t, srv.URL+"/order-status/"+orderID.String(), http.StatusOK, &status)
 	if status.OrderID != orderID.String() || status.Status != "placed" || status.Version != 2 {
 		t.Errorf("order status = %+v, want placed v2", status)
 	}
 	var shipment struct {
 		Status string `json:"status"`
 	}
-	consumerapptest.GetJSON(t, srv.URL+"/shipments/"+orderID.String(), http.StatusOK, &shipment)
+	servetest.GetJSON(t, srv.URL+"/shipments/"+orderID.String(), http.StatusOK, &shipment)
 	if shipment.Status != "ready" {
 		t.Errorf("shipment status = %q, want ready", shipment.Status)
 	}
-	_, metrics := consumerapptest.Get(t, srv.URL+"/metrics")
-	for _, want := range []string{`inbox_processed_total{consumer="shipping"} 1`, "http_requests_total", "go_goroutines"} {
+
+	_, metrics := servetest.Get(t, srv.URL+"/metrics")
+	for _, want := range []string{`inbox_processed_total{consumer="shipping"} 1`,
+		`amqp_consumer_processed_total{consumer="shipping",queue="shipping.events"} 1`, "http_requests_total", "go_goroutines"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -67,28 +73,95 @@ func TestServe(t *testing.T) {
 	srv.Stop(t)
 }
 
-// TestSettings: shipping keeps its defaults (the database and port of docs/operations.md, 8 workers,
-// no inbox group commit) and names its bad SHIPPING_* variables.
-func TestSettings(t *testing.T) {
+// TestServeWaitsForTheDatabase: with the database unreachable serve answers /healthz,
+// reports itself not ready, refuses the API with 503, and stops cleanly on ctx's end.
+func TestServeWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
-	s, err := consumerapp.LoadSettings(spec(), envOf(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &testkit.Logs{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DatabaseURL != config.DefaultShippingDatabaseURL ||
-		s.AMQPURL != config.DefaultAMQPURL || s.HTTPAddr != ":8083" ||
-		s.Workers != 8 || s.Prefetch != 32 || s.InboxGroup != 1 || s.MaxAttempts != 5 ||
-		fmt.Sprint(s.RetryDelays) != "[1s 5s 30s]" || s.MinRetention != 168*time.Hour {
-		t.Errorf("defaults = %+v", s)
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	vars := map[string]string{
+		"SHIPPING_DATABASE_URL": "postgres://postgres:secret@127.0.0.1:1/shipping?sslmode=disable",
+		"AMQP_URL":              "amqp://guest:guest@127.0.0.1:1/",
+		"HTTP_ADDR":             addr,
 	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"shipping", "serve"}, env(vars), io.Discard, logs) }()
+	base := "http://" + addr
+	servetest.GetJSON(t, base+"/healthz", http.StatusOK, nil)
+	if status, body := servetest.Get(t, base+"/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "postgres") {
+		t.Errorf("GET /readyz = %d %s, want 503 naming postgres", status, body)
+	}
+	if status, body := servetest.Get(t, base+"/order-status/"+uuid.NewString()); status != http.StatusServiceUnavailable {
+		t.Errorf("GET /order-status = %d %s, want 503 while starting", status, body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10 s of cancel")
+	}
+	if l := logs.String(); strings.Contains(l, "secret") {
+		t.Errorf("the logs show the database password:\n%s", l)
+	}
+}
 
-	_, err = consumerapp.LoadSettings(spec(), envOf(map[string]string{
+// TestPurgeInbox deletes shipping's keys older than the horizon and refuses one
+// below INBOX_MIN_RETENTION.
+func TestPurgeInbox(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	ctx := testkit.Context(t)
+	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
+		('shipping', $1, now() - interval '300 hours'),
+		('shipping', $2, now() - interval '1 hour'),
+		('other', $3, now() - interval '300 hours')`,
+		uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := env(map[string]string{"SHIPPING_DATABASE_URL": dbURL})
+	var out bytes.Buffer
+	if err := run(ctx, []string{"shipping", "purge-inbox", "--older-than", "170h"}, vars, &out, io.Discard); err != nil ||
+		!strings.HasPrefix(out.String(), "purged 1 processed_event keys") {
+		t.Fatalf("purge: %q, %v", out.String(), err)
+	}
+	if err := run(ctx, []string{"shipping", "purge-inbox", "--older-than", "1h"}, vars, &out, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "shorter than INBOX_MIN_RETENTION") {
+		t.Errorf("purge below the minimum retention: err = %v", err)
+	}
+}
+
+// TestConfig: shipping keeps its defaults (database, port :8083, 8 workers, no inbox
+// group commit) and names its bad SHIPPING_* variables.
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	c, err := load(env(nil), loadServeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "postgres://postgres@localhost:5432/shipping?sslmode=disable" ||
+		c.AMQPURL != config.DefaultAMQPURL || c.HTTPAddr != ":8083" ||
+		c.Workers != 8 || c.Prefetch != 32 || c.InboxGroup != 1 || c.MaxAttempts != 5 ||
+		fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" || c.MinRetention != 168*time.Hour || c.poolSize() != 12 {
+		t.Errorf("defaults = %+v", c)
+	}
+	_, err = load(env(map[string]string{
 		"SHIPPING_WORKERS":      "many",
 		"SHIPPING_PREFETCH":     "0",
 		"SHIPPING_MAX_ATTEMPTS": "-1",
 		"SHIPPING_RETRY_DELAYS": "1s,1.5ms",
 		"LOG_LEVEL":             "loud",
-	}))
+	}), loadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)
@@ -96,16 +169,6 @@ func TestSettings(t *testing.T) {
 	for _, key := range []string{"SHIPPING_WORKERS", "SHIPPING_PREFETCH", "SHIPPING_MAX_ATTEMPTS", "SHIPPING_RETRY_DELAYS", "LOG_LEVEL"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("err = %v, does not name %s", err, key)
-		}
-	}
-}
-
-func TestCommandLine(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{{"shipping"}, {"shipping", "ship-it"}} {
-		err := consumerapp.Run(context.Background(), spec(), args, envOf(nil), io.Discard, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), "usage: shipping") {
-			t.Errorf("run %v: err = %v, want the usage", args, err)
 		}
 	}
 }

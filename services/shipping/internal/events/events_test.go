@@ -34,7 +34,7 @@ type handled struct {
 	err       error
 }
 
-// testTopology is the shipping part of amqp.DefaultTopology under unique
+// testTopology is the shipping topology (amqp.EventTopology) under unique
 // names on the test broker, so tests run in parallel without a vhost each; it
 // is deleted when the test ends.
 func testTopology(t *testing.T) amqp.Topology {

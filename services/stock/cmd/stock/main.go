@@ -4,25 +4,25 @@
 //	stock serve                           HTTP (HTTP_ADDR) and the event consumer
 //	stock migrate                         create the database if missing and apply migrations
 //	stock purge-inbox --older-than 720h   delete processed_event keys older than the horizon
+//	stock dlq list|show|replay|drop       read, replay or drop the dead-letter queue
 //
-// The commands and settings are those of consumerapp.Run (STOCK_* variables, see
-// consumerapp.Settings); spec.go holds what is the stock service's own.
+// `stock help` lists the commands, `stock help <command>` a command's flags and the
+// environment variables it reads with their defaults (config.go); run.go holds each
+// command's life cycle.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"example.com/shop/platform/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stock:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stderr, name, err))
 }

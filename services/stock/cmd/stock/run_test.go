@@ -1,84 +1,296 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
-	"example.com/shop/platform/consumerapp"
-	"example.com/shop/platform/consumerapp/consumerapptest"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/servetest"
+	"example.com/shop/services/stock/migrations"
 )
 
 func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
 
-// TestServeConsumesAndAnswersHTTP runs `stock migrate` and `stock serve` in process
-// with STOCK_* settings on a fresh database and vhost, publishes a placed event the
-// way the relay does and reads the reservation over HTTP; consumerapptest checks the
-// clean shutdown and that nothing was logged at ERROR level.
-func TestServeConsumesAndAnswersHTTP(t *testing.T) {
-	t.Parallel()
-	amqpURL := testkit.NewVhost(t)
-	vars := map[string]string{
-		"STOCK_DATABASE_URL": testkit.EmptyDatabaseURL(t),
-		"AMQP_URL":           amqpURL,
-		"STOCK_RETRY_DELAYS": "50ms,100ms",
-	}
-	if out := consumerapptest.Migrate(t, spec(), vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
-		t.Errorf("migrate said %q", out)
-	}
-	srv := consumerapptest.Start(t, spec(), vars)
-
-	e, p := consumerapptest.Placed(t, "2.000")
-	orderID := p.OrderID
-	consumerapptest.Publish(t, amqpURL, e)
-
+// reservations reads GET /reservations of orderID until it lists want reservations,
+// each with status, failing t after 60 s (a hang guard).
+func reservations(t *testing.T, base string, orderID uuid.UUID, want int, status string) []map[string]string {
+	t.Helper()
 	var list []map[string]string
 	deadline := time.Now().Add(60 * time.Second)
-	for len(list) != 1 && time.Now().Before(deadline) {
-		consumerapptest.GetJSON(t, srv.URL+"/reservations?order_id="+orderID.String(), http.StatusOK, &list)
+	for {
+		servetest.GetJSON(t, base+"/reservations?order_id="+orderID.String(), http.StatusOK, &list)
+		if len(list) == want && (want == 0 || list[0]["status"] == status) {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reservations of %s = %v, want %d", orderID, list, want)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if len(list) != 1 || list[0]["quantity"] != "2.000" || list[0]["order_id"] != orderID.String() {
-		t.Fatalf("reservations = %v, want one of 2.000 for order %s", list, orderID)
-	}
-
-	_, m := consumerapptest.Get(t, srv.URL+"/metrics")
-	for _, want := range []string{`inbox_processed_total{consumer="stock"} 1`, `amqp_consumer_processed_total{consumer="stock",queue="stock.events"} 1`} {
-		if !strings.Contains(m, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-	srv.Stop(t)
 }
 
-// TestDefaults: stock keeps its defaults (the database and port of docs/operations.md, 32 workers,
-// inbox group commit 16 x 2).
-func TestDefaults(t *testing.T) {
+// TestServe runs `stock migrate` and `stock serve` in process on a fresh database and
+// vhost, with and without inbox group commit, publishes a placed event the way the
+// relay does and reads the reservation over HTTP, then its cancel and sees it
+// released; servetest checks the clean shutdown and that nothing was logged at ERROR
+// level.
+func TestServe(t *testing.T) {
 	t.Parallel()
-	s, err := consumerapp.LoadSettings(spec(), env(nil))
+	for _, group := range []string{"1", "4"} {
+		t.Run("inbox_group="+group, func(t *testing.T) {
+			t.Parallel()
+			amqpURL := testkit.NewVhost(t)
+			vars := map[string]string{
+				"STOCK_DATABASE_URL": testkit.EmptyDatabaseURL(t),
+				"AMQP_URL":           amqpURL,
+				"STOCK_WORKERS":      "2",
+				"STOCK_INBOX_GROUP":  group,
+				"STOCK_RETRY_DELAYS": "50ms,100ms",
+			}
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
+				t.Errorf("migrate said %q", out)
+			}
+			srv := servetest.Start(t, run, "stock", vars)
+
+			placed, p := servetest.Placed(t, "2.000")
+			servetest.Publish(t, amqpURL, placed)
+			list := reservations(t, srv.URL, p.OrderID, 1, "held")
+			if list[0]["quantity"] != "2.000" || list[0]["order_id"] != p.OrderID.String() {
+				t.Fatalf("reservations = %v, want one of 2.000 for order %s", list, p.OrderID)
+			}
+			p.Version = 3
+			cancelled, err := contracts.NewEnvelope(contracts.EventOrderCancelled, contracts.ProducerOrder, "corr", contracts.OrderCancelled(p), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			servetest.Publish(t, amqpURL, cancelled)
+			reservations(t, srv.URL, p.OrderID, 1, "released")
+
+			_, m := servetest.Get(t, srv.URL+"/metrics")
+			for _, want := range []string{`inbox_processed_total{consumer="stock"} 2`,
+				`amqp_consumer_processed_total{consumer="stock",queue="stock.events"} 2`, "http_requests_total", "go_goroutines"} {
+				if !strings.Contains(m, want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+			srv.Stop(t)
+			for _, want := range []string{`"service":"stock"`, `"inbox_group":` + group} {
+				if !strings.Contains(srv.Logs.String(), want) {
+					t.Errorf("serve's logs lack %s", want)
+				}
+			}
+		})
+	}
+}
+
+// TestServeWaitsForTheDatabase: with PostgreSQL and the broker unreachable serve
+// answers /healthz, reports itself not ready, refuses the API with 503, and stops
+// cleanly when its context ends while it still waits.
+func TestServeWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DatabaseURL != config.DefaultStockDatabaseURL || s.HTTPAddr != ":8082" ||
-		s.Workers != 32 || s.Prefetch != 128 || s.InboxGroup != 16 || s.InboxTx != 2 || s.MaxAttempts != 5 {
-		t.Errorf("defaults = %+v", s)
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	vars := map[string]string{
+		"STOCK_DATABASE_URL": "postgres://postgres:secret@127.0.0.1:1/stock?sslmode=disable",
+		"AMQP_URL":           "amqp://guest:guest@127.0.0.1:1/",
+		"HTTP_ADDR":          addr,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &testkit.Logs{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"stock", "serve"}, env(vars), io.Discard, logs) }()
+	base := "http://" + addr
+	servetest.GetJSON(t, base+"/healthz", http.StatusOK, nil)
+	if status, body := servetest.Get(t, base+"/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "postgres") {
+		t.Errorf("GET /readyz = %d %s, want 503 naming postgres", status, body)
+	}
+	if status, body := servetest.Get(t, base+"/reservations?order_id="+uuid.NewString()); status != http.StatusServiceUnavailable {
+		t.Errorf("GET /reservations = %d %s, want 503 while starting", status, body)
+	}
+	// The first failed attempt is logged before the stop, so the stop hits the wait.
+	for end := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), `"level":"WARN","msg":"database not answering, retrying"`); {
+		if time.Now().After(end) {
+			t.Fatalf("no WARN line for the database:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10 s of cancel")
+	}
+	if l := logs.String(); strings.Contains(l, "secret") {
+		t.Errorf("the logs show the database password:\n%s", l)
 	}
 }
 
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"STOCK_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
+	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
+	got := servetest.Migrate(t, run, "stock", vars)
+	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","version":1,`,
+		`"version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":6}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("first migrate logged %s, want %s", got, want)
+		}
+	}
+	if got := servetest.Migrate(t, run, "stock", vars); !strings.Contains(got, `"applied":0}`) {
+		t.Errorf("second migrate logged %s", got)
+	}
+	vars["STOCK_DATABASE_URL"] = "postgres://postgres:secret@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"
+	err := run(testkit.Context(t), []string{"stock", "migrate"}, env(vars), io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("migrate on a closed port: err = %v, want one without the password", err)
+	}
+}
+
+// TestPurgeInbox deletes only stock's keys older than the horizon, and refuses a
+// horizon below INBOX_MIN_RETENTION, a missing one and bad arguments.
+func TestPurgeInbox(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	ctx := testkit.Context(t)
+	// Two old keys and one recent key of stock, one old key of another consumer.
+	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
+		('stock', $1, now() - interval '300 hours'),
+		('stock', $2, now() - interval '200 hours'),
+		('stock', $3, now() - interval '1 hour'),
+		('other', $4, now() - interval '300 hours')`,
+		uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	purge := func(vars map[string]string, args ...string) (string, error) {
+		kv := map[string]string{"STOCK_DATABASE_URL": dbURL}
+		for k, v := range vars {
+			kv[k] = v
+		}
+		var out bytes.Buffer
+		err := run(ctx, append([]string{"stock", "purge-inbox"}, args...), env(kv), &out, io.Discard)
+		return out.String(), err
+	}
+	if out, err := purge(nil, "--older-than", "170h"); err != nil || !strings.HasPrefix(out, "purged 2 processed_event keys") {
+		t.Fatalf("purge: %q, %v", out, err)
+	}
+	rows, _ := pool.Query(ctx, `SELECT consumer FROM processed_event ORDER BY consumer`)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || strings.Join(left, ",") != "other,stock" {
+		t.Errorf("left keys of %v (%v), want other,stock", left, err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"below the default minimum retention", []string{"--older-than", "1h"}, nil, "shorter than INBOX_MIN_RETENTION (168h0m0s)"},
+		{"below a configured minimum retention", []string{"--older-than", "47h"}, map[string]string{"INBOX_MIN_RETENTION": "48h"}, "shorter than INBOX_MIN_RETENTION (48h0m0s)"},
+		{"no horizon", nil, nil, "--older-than DURATION is required"},
+		{"negative horizon", []string{"--older-than", "-200h"}, nil, "--older-than DURATION is required"},
+		{"bad horizon", []string{"--older-than", "soon"}, nil, "invalid value"},
+		{"extra argument", []string{"--older-than", "200h", "now"}, nil, "unexpected argument"},
+		{"bad minimum retention", []string{"--older-than", "200h"}, map[string]string{"INBOX_MIN_RETENTION": "soon"}, "INBOX_MIN_RETENTION"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := purge(tt.env, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	// A lower minimum retention allows a shorter horizon.
+	if out, err := purge(map[string]string{"INBOX_MIN_RETENTION": "30m"}, "--older-than", "45m"); err != nil || !strings.HasPrefix(out, "purged 1 processed_event keys") {
+		t.Errorf("purge: %q, %v", out, err)
+	}
+}
+
+// TestConfig: stock keeps its defaults (database, port :8082, 32 workers, inbox group
+// commit 16 x 2), reads every variable, and names every bad one.
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	c, err := load(env(nil), loadServeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "postgres://postgres@localhost:5432/stock?sslmode=disable" || c.AMQPURL != config.DefaultAMQPURL ||
+		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 32 || c.Prefetch != 128 ||
+		c.InboxGroup != 16 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
+		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.poolSize() != 6 {
+		t.Errorf("defaults = %+v", c)
+	}
+	c, err = load(env(map[string]string{
+		"STOCK_DATABASE_URL": "postgres://db/x", "AMQP_URL": "amqp://mq/", "HTTP_ADDR": ":1",
+		"LOG_LEVEL": "debug", "STOCK_WORKERS": "2", "STOCK_INBOX_GROUP": "1", "STOCK_INBOX_TX": "5",
+		"STOCK_RETRY_DELAYS": "50ms, 2s", "STOCK_MAX_ATTEMPTS": "3", "INBOX_MIN_RETENTION": "1h",
+	}), loadServeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != "postgres://db/x" || c.AMQPURL != "amqp://mq/" || c.HTTPAddr != ":1" ||
+		c.LogLevel != slog.LevelDebug || c.Workers != 2 || c.Prefetch != 8 || c.InboxGroup != 1 || c.InboxTx != 5 ||
+		c.MaxAttempts != 3 || fmt.Sprint(c.RetryDelays) != "[50ms 2s]" || c.MinRetention != time.Hour || c.poolSize() != 6 {
+		t.Errorf("config = %+v", c)
+	}
+	_, err = load(env(map[string]string{
+		"STOCK_WORKERS": "many", "STOCK_PREFETCH": "0", "STOCK_INBOX_GROUP": "-2", "STOCK_INBOX_TX": "x",
+		"STOCK_MAX_ATTEMPTS": "-1", "STOCK_RETRY_DELAYS": "1s,1.5ms", "LOG_LEVEL": "loud", "INBOX_MIN_RETENTION": "0s",
+	}), loadServeConfig)
+	var ve *config.VarError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a *config.VarError", err)
+	}
+	for _, key := range []string{"STOCK_WORKERS", "STOCK_PREFETCH", "STOCK_INBOX_GROUP", "STOCK_INBOX_TX",
+		"STOCK_MAX_ATTEMPTS", "STOCK_RETRY_DELAYS", "LOG_LEVEL", "INBOX_MIN_RETENTION"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("err = %v, does not name %s", err, key)
+		}
+	}
+}
+
+// TestBadSettingsAreNamed: every subcommand refuses to start on a bad variable it
+// reads and names it.
 func TestBadSettingsAreNamed(t *testing.T) {
 	t.Parallel()
-	err := consumerapp.Run(context.Background(), spec(), []string{"stock", "serve"},
-		env(map[string]string{"STOCK_WORKERS": "many", "STOCK_RETRY_DELAYS": "1s,0.5ms"}), io.Discard, io.Discard)
-	for _, want := range []string{"STOCK_WORKERS", "STOCK_RETRY_DELAYS"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("err = %v, want it to name %s", err, want)
+	vars := env(map[string]string{"LOG_LEVEL": "loud", "STOCK_WORKERS": "many", "INBOX_MIN_RETENTION": "soon"})
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"serve"}, []string{"LOG_LEVEL", "STOCK_WORKERS", "INBOX_MIN_RETENTION"}},
+		{[]string{"migrate"}, []string{"LOG_LEVEL"}},
+		{[]string{"purge-inbox", "--older-than", "200h"}, []string{"LOG_LEVEL", "INBOX_MIN_RETENTION"}},
+		{[]string{"dlq", "list"}, []string{"LOG_LEVEL", "INBOX_MIN_RETENTION"}},
+	} {
+		err := run(context.Background(), append([]string{"stock"}, tt.args...), vars, io.Discard, io.Discard)
+		for _, want := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: err = %v, want it to name %s", tt.args, err, want)
+			}
 		}
 	}
 }

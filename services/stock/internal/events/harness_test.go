@@ -15,7 +15,6 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/testkit"
@@ -56,7 +55,7 @@ func newSystem(t testing.TB) *system {
 	}
 	s := &system{
 		t: t, ctx: ctx, pool: pool, amqpURL: testkit.NewVhost(t),
-		topo: consumerapp.Topology(amqp.QueueSpec{Name: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, RoutingKeys: contracts.EventNames()}, testDelays), validator: v,
+		topo: stockTopology(t, testDelays), validator: v,
 	}
 	var logger *slog.Logger
 	logger, s.logs = testkit.Logger(t)
@@ -264,3 +263,14 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 }
 
 var errHook = errors.New("test hook failure")
+
+// stockTopology is the topology bin/stock serve declares, with delays as its retry
+// delays.
+func stockTopology(t testing.TB, delays []time.Duration) amqp.Topology {
+	t.Helper()
+	c, ok := contracts.ConsumerNamed(events.Consumer)
+	if !ok {
+		t.Fatalf("no consumer %s in the contract", events.Consumer)
+	}
+	return amqp.EventTopology(amqp.ConsumerQueue(c, delays))
+}

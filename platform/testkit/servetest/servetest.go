@@ -1,7 +1,7 @@
-// Package consumerapptest runs a consuming service's `serve` in-process for tests, on
-// a free local port against the real PostgreSQL and RabbitMQ, and publishes events to
-// it the way the relay does.
-package consumerapptest
+// Package servetest runs a binary's `serve` in-process for tests, through the
+// binary's run function, on a free local port against the real PostgreSQL and
+// RabbitMQ, and publishes events to it the way a relay does.
+package servetest
 
 import (
 	"context"
@@ -19,9 +19,13 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/testkit"
 )
+
+// Run is a binary's whole program, as its main calls it: args are os.Args (the
+// binary's name, then the subcommand), getenv reads the environment, command output
+// goes to stdout and logs to stderr.
+type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 
 // Server is one `serve` running in the background.
 type Server struct {
@@ -36,11 +40,11 @@ type Server struct {
 	stopped bool
 }
 
-// Start runs consumerapp.Run for spec with the subcommand serve in the background,
+// Start runs `name serve` through run in the background,
 // reading vars as its environment with HTTP_ADDR set to a free local port, and
 // returns once GET /readyz answers 200, failing t after 60 s. The database in vars
 // must be migrated. Stop runs when the test ends unless the test called it.
-func Start(t testing.TB, spec consumerapp.Spec, vars map[string]string) *Server {
+func Start(t testing.TB, run Run, name string, vars map[string]string) *Server {
 	t.Helper()
 	addr := freeAddr(t)
 	env := map[string]string{"HTTP_ADDR": addr}
@@ -52,13 +56,12 @@ func Start(t testing.TB, spec consumerapp.Spec, vars map[string]string) *Server 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{URL: "http://" + addr, Logs: &testkit.Logs{}, amqpURL: env["AMQP_URL"], cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		s.done <- consumerapp.Run(ctx, spec, []string{spec.Name, "serve"},
-			func(k string) string { return env[k] }, io.Discard, s.Logs)
+		s.done <- run(ctx, []string{name, "serve"}, func(k string) string { return env[k] }, io.Discard, s.Logs)
 	}()
 	t.Cleanup(func() {
 		s.Stop(t)
 		if t.Failed() {
-			t.Logf("%s serve logs:\n%s", spec.Name, s.Logs.Tail(8<<10))
+			t.Logf("%s serve logs:\n%s", name, s.Logs.Tail(8<<10))
 		}
 	})
 	GetJSON(t, s.URL+"/readyz", http.StatusOK, nil)
@@ -94,15 +97,14 @@ func (s *Server) Stop(t testing.TB) {
 	}
 }
 
-// Migrate runs the subcommand migrate of spec with vars as the environment, failing t
-// when it returns an error, and returns what it logged (JSON lines).
-func Migrate(t testing.TB, spec consumerapp.Spec, vars map[string]string) string {
+// Migrate runs `name migrate` through run with vars as the environment, failing t
+// when it returns an error, and returns what it logged (JSON lines on stderr).
+func Migrate(t testing.TB, run Run, name string, vars map[string]string) string {
 	t.Helper()
 	var out strings.Builder
-	err := consumerapp.Run(testkit.Context(t), spec, []string{spec.Name, "migrate"},
-		func(k string) string { return vars[k] }, io.Discard, &out)
+	err := run(testkit.Context(t), []string{name, "migrate"}, func(k string) string { return vars[k] }, io.Discard, &out)
 	if err != nil {
-		t.Fatalf("%s migrate: %v", spec.Name, err)
+		t.Fatalf("%s migrate: %v", name, err)
 	}
 	return out.String()
 }
@@ -123,7 +125,7 @@ func Placed(t testing.TB, quantity string) (contracts.Envelope, contracts.OrderP
 
 // Publish publishes env to app.events on the broker at amqpURL as the relay does:
 // routing key and type the event name, message id the event id, persistent, confirmed
-// by the broker within 10 s. It declares the exchanges of amqp.DefaultTopology, no
+// by the broker within 10 s. It declares the exchanges of amqp.EventTopology, no
 // queue.
 func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
 	t.Helper()
@@ -132,8 +134,7 @@ func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := amqp.DefaultTopology()
-	topo.Queues = nil
+	topo := amqp.EventTopology()
 	conn, err := amqp.Dial(ctx, amqpURL, topo, nil)
 	if err != nil {
 		t.Fatalf("publish: %v", err)

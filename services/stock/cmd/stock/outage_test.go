@@ -1,4 +1,4 @@
-package consumerapp_test
+package main
 
 import (
 	"net/http"
@@ -10,32 +10,32 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/consumerapp/consumerapptest"
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/servetest"
 )
 
-// TestDatabaseOutagePausesTheConsumer stops the service's database from accepting
+// TestDatabaseOutagePausesTheConsumer stops stock's database from accepting
 // connections (ALLOW_CONNECTIONS false, its sessions terminated) for longer than all
 // retry delays together while events arrive: the consumer pauses and says so on
 // /readyz, nothing is dead-lettered, and once the database is back every event is
 // applied exactly once.
 func TestDatabaseOutagePausesTheConsumer(t *testing.T) {
 	t.Parallel()
-	spec := sampleSpec(t)
 	amqpURL := testkit.NewVhost(t)
 	dbURL := testkit.EmptyDatabaseURL(t)
 	vars := map[string]string{
-		"SAMPLE_DATABASE_URL": dbURL,
-		"AMQP_URL":            amqpURL,
-		"SAMPLE_WORKERS":      "2",
-		"SAMPLE_MAX_ATTEMPTS": "3",
-		"SAMPLE_RETRY_DELAYS": "50ms,100ms",
+		"STOCK_DATABASE_URL": dbURL,
+		"AMQP_URL":           amqpURL,
+		"STOCK_WORKERS":      "2",
+		"STOCK_MAX_ATTEMPTS": "3",
+		"STOCK_RETRY_DELAYS": "50ms,100ms",
 	}
-	consumerapptest.Migrate(t, spec, vars)
-	srv := consumerapptest.Start(t, spec, vars)
+	servetest.Migrate(t, run, "stock", vars)
+	srv := servetest.Start(t, run, "stock", vars)
 
-	first, _ := consumerapptest.Placed(t, "1.000")
-	consumerapptest.Publish(t, amqpURL, first)
+	first, _ := servetest.Placed(t, "1.000")
+	servetest.Publish(t, amqpURL, first)
 
 	ctx := testkit.Context(t)
 	admin, err := pgx.Connect(ctx, testkit.DatabaseURL(t))
@@ -48,7 +48,7 @@ func TestDatabaseOutagePausesTheConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
-	waitFor(t, "the first event applied", func() bool { return countSeen(t, dbURL) == 1 })
+	waitFor(t, "the first event applied", func() bool { return countReserved(t, dbURL) == 1 })
 
 	allow := func(on bool) {
 		t.Helper()
@@ -65,22 +65,22 @@ func TestDatabaseOutagePausesTheConsumer(t *testing.T) {
 
 	const during = 10
 	for range during {
-		env, _ := consumerapptest.Placed(t, "2.000")
-		consumerapptest.Publish(t, amqpURL, env)
+		env, _ := servetest.Placed(t, "2.000")
+		servetest.Publish(t, amqpURL, env)
 	}
 	time.Sleep(2 * time.Second) // far longer than the retry delays together (150 ms)
-	if n := queueLength(t, amqpURL, "sample.events.dlq"); n != 0 {
+	if n := queueLength(t, amqpURL, contracts.QueueStockDLQ); n != 0 {
 		t.Fatalf("%d events dead-lettered during the outage", n)
 	}
 	waitFor(t, "/readyz to name the paused consumer", func() bool {
-		status, body := consumerapptest.Get(t, srv.URL+"/readyz")
+		status, body := servetest.Get(t, srv.URL+"/readyz")
 		return status == http.StatusServiceUnavailable && strings.Contains(body, "consumer") && strings.Contains(body, "postgres")
 	})
 
 	allow(true)
-	waitFor(t, "every event applied", func() bool { return countSeen(t, dbURL) == during+1 })
-	consumerapptest.GetJSON(t, srv.URL+"/readyz", http.StatusOK, nil)
-	if n := queueLength(t, amqpURL, "sample.events.dlq"); n != 0 {
+	waitFor(t, "every event applied", func() bool { return countReserved(t, dbURL) == during+1 })
+	servetest.GetJSON(t, srv.URL+"/readyz", http.StatusOK, nil)
+	if n := queueLength(t, amqpURL, contracts.QueueStockDLQ); n != 0 {
 		t.Errorf("%d events dead-lettered", n)
 	}
 	var rows, events int
@@ -89,8 +89,8 @@ func TestDatabaseOutagePausesTheConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id) FROM seen`).Scan(&rows, &events); err != nil || rows != events {
-		t.Errorf("seen holds %d rows for %d events (%v): an event was applied twice", rows, events, err)
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM reservation), (SELECT count(*) FROM processed_event)`).Scan(&rows, &events); err != nil || rows != during+1 || events != during+1 {
+		t.Errorf("%d reservations and %d keys for %d one-line orders (%v): an event was applied twice", rows, events, during+1, err)
 	}
 	srv.Stop(t)
 	logs := srv.Logs.String()
@@ -112,9 +112,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// countSeen counts the rows of the sample service's seen table, -1 while the
-// database refuses connections.
-func countSeen(t *testing.T, dbURL string) int {
+// countReserved counts the rows of stock's reservation table, -1 while the database
+// refuses connections.
+func countReserved(t *testing.T, dbURL string) int {
 	t.Helper()
 	ctx := testkit.Context(t)
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -123,7 +123,7 @@ func countSeen(t *testing.T, dbURL string) int {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM reservation`).Scan(&n); err != nil {
 		return -1
 	}
 	return n
