@@ -135,6 +135,9 @@ func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.R
 		return t
 	}
 	req.Since, req.Until = parse("since", since), parse("until", until)
+	if !req.Since.IsZero() && !req.Until.IsZero() && !req.Since.Before(req.Until) {
+		errs = append(errs, fmt.Errorf("--since %s is not before --until %s: the period [since, until) is empty", since, until))
+	}
 	if eventName != "" && !slices.Contains(contracts.EventNames(), eventName) {
 		errs = append(errs, fmt.Errorf("--event-name %q is not one of %s", eventName, strings.Join(contracts.EventNames(), ", ")))
 	}
