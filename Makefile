@@ -41,8 +41,10 @@ lint:
 	$(GO) vet $(PKGS)
 
 ## demo: run the whole system on real input and print what happened (KEEP=1 keeps it and the live page running)
+# Built, not `go run`: go run exits 1 when Ctrl-C ends a kept demo that stopped cleanly.
 demo: build
-	$(GO) run ./e2e/cmd/demo $(if $(KEEP),-keep)
+	$(GO) build -trimpath -o bin/demo ./e2e/cmd/demo
+	bin/demo $(if $(KEEP),-keep)
 
 ## bench: throughput and latency benchmarks; writes bench/out/latest.json
 bench: build
