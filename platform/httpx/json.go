@@ -43,13 +43,15 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // DecodeJSON decodes the request body, one JSON value, into dst (a non-nil pointer),
 // strictly: member names match dst's json tags exactly (case-sensitive), a member named
 // twice or one dst does not have is refused, and so are invalid UTF-8 and data after the
-// value. A JSON null leaves the field at its zero value. It returns nil or an *Error:
+// value. A JSON null is refused as a value of the wrong JSON type, but for a pointer or
+// interface destination (which it leaves nil). It returns nil or an *Error:
 //   - KindUnsupportedMediaType when Content-Type is not application/json (parameters
 //     allowed; a charset other than utf-8 is refused);
 //   - KindBodyTooLarge when the body exceeds MaxBodyBytes;
 //   - KindInvalidRequest when the body is empty or malformed (detail gives the byte
-//     offset), or when a member is duplicated, unknown or of the wrong JSON type; Errors
-//     then holds its RFC 6901 JSON Pointer, such as "/lines/1/product_id";
+//     offset), or when a member is duplicated, unknown, null or of the wrong JSON type;
+//     Errors holds its RFC 6901 JSON Pointer, such as "/lines/1/product_id", or "" for
+//     the whole body;
 //   - KindInternal when dst is not a non-nil pointer (a programming error).
 //
 // w is used only to limit the body (http.MaxBytesReader); DecodeJSON writes nothing.
@@ -65,7 +67,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 
 // decodeStrict decodes one JSON value from body into dst; see DecodeJSON.
 func decodeStrict(body *countingReader, dst any) error {
-	err := json.UnmarshalRead(body, dst, json.RejectUnknownMembers(true))
+	err := json.UnmarshalRead(body, dst, json.RejectUnknownMembers(true), json.WithUnmarshalers(refuseNull))
 	if err == nil {
 		return nil
 	}
@@ -88,6 +90,8 @@ func decodeStrict(body *countingReader, dst any) error {
 	case errors.As(err, &sem) && sem.GoType == nil:
 		// dst is not a non-nil pointer: the handler's mistake, not the client's.
 		return &Error{Kind: KindInternal, Err: err}
+	case errors.As(err, &sem) && errors.Is(sem.Err, errNull):
+		return invalidBody(string(sem.JSONPointer), "must not be null")
 	case errors.As(err, &sem) && errors.Is(sem.Err, json.ErrUnknownName):
 		return invalidBody(string(sem.JSONPointer), "unknown member")
 	case errors.As(err, &sem):
@@ -103,6 +107,27 @@ func decodeStrict(body *countingReader, dst any) error {
 	}
 	return invalidBody("", "the request body cannot be decoded")
 }
+
+// errNull is refuseNull's error.
+var errNull = errors.New("null where a value is required")
+
+// refuseNull refuses a JSON null decoded into anything but a pointer or an interface:
+// null is no string, number, boolean, object or array, so a required member given as
+// null is a value of the wrong JSON type (400), not a missing one. Other values go to
+// the default decoding.
+var refuseNull = json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v any) error {
+	if dec.PeekKind() != 'n' {
+		return errors.ErrUnsupported
+	}
+	switch reflect.TypeOf(v).Elem().Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return errors.ErrUnsupported
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	return errNull
+})
 
 // invalidBody is a KindInvalidRequest error about the body value at pointer.
 func invalidBody(pointer, detail string) *Error {
