@@ -60,7 +60,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return err
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return invalidBody("", "request body is empty")
+		return invalidBody("", "is empty")
 	}
 	return decodeStrict(&countingReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}, dst)
 }
@@ -80,13 +80,13 @@ func decodeStrict(body *countingReader, dst any) error {
 	case errors.As(err, &tooLarge):
 		return &Error{Kind: KindBodyTooLarge, Detail: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
 	case errors.Is(err, io.ErrUnexpectedEOF) && !body.content:
-		return invalidBody("", "request body is empty")
+		return invalidBody("", "is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return invalidBody("", fmt.Sprintf("malformed JSON at byte offset %d: the body ends in the middle of a value", body.n))
+		return invalidBody("", fmt.Sprintf("is malformed JSON at byte offset %d: it ends in the middle of a value", body.n))
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
 		return invalidBody(string(syn.JSONPointer), "member appears twice")
 	case errors.As(err, &syn):
-		return invalidBody(string(syn.JSONPointer), fmt.Sprintf("malformed JSON at byte offset %d: %v", syn.ByteOffset, syn.Err))
+		return invalidBody(string(syn.JSONPointer), fmt.Sprintf("is malformed JSON at byte offset %d: %v", syn.ByteOffset, syn.Err))
 	case errors.As(err, &sem) && sem.GoType == nil:
 		// dst is not a non-nil pointer: the handler's mistake, not the client's.
 		return &Error{Kind: KindInternal, Err: err}
@@ -105,7 +105,7 @@ func decodeStrict(body *countingReader, dst any) error {
 		}
 		return invalidBody(string(sem.JSONPointer), want)
 	}
-	return invalidBody("", "the request body cannot be decoded")
+	return invalidBody("", "cannot be decoded")
 }
 
 // errNull is refuseNull's error.
@@ -129,13 +129,14 @@ var refuseNull = json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v any) error
 	return errNull
 })
 
-// invalidBody is a KindInvalidRequest error about the body value at pointer.
+// invalidBody is a KindInvalidRequest error about the body value at pointer ("" for
+// the whole body); detail is a predicate such as "is empty" or "must not be null".
 func invalidBody(pointer, detail string) *Error {
-	where := "request body"
+	where := "request body "
 	if pointer != "" {
-		where = pointer
+		where = pointer + ": "
 	}
-	return &Error{Kind: KindInvalidRequest, Detail: where + ": " + detail,
+	return &Error{Kind: KindInvalidRequest, Detail: where + detail,
 		Errors: []FieldError{{Pointer: pointer, Detail: detail}}}
 }
 

@@ -108,6 +108,12 @@ func TestDecodeJSON(t *testing.T) {
 					t.Errorf("errors = %+v, want one at pointer %q", p.Errors, tt.pointer)
 				}
 			}
+			if tt.pointer == "" && !strings.Contains(rec.Body.String(), `{"pointer":"","detail":`) {
+				t.Errorf("body %s has no whole-body locator", rec.Body)
+			}
+			if strings.Contains(p.Detail, "request body: ") || strings.Count(p.Detail, "request body") > 1 {
+				t.Errorf("detail = %q repeats itself", p.Detail)
+			}
 			if !strings.Contains(p.Detail, tt.detail) {
 				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.detail)
 			}
