@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding"
 	stdjson "encoding/json"
 	"errors"
@@ -63,6 +64,31 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return invalidBody("", "is empty")
 	}
 	return decodeStrict(&countingReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}, dst)
+}
+
+// DecodeEmptyJSON reads the body of an operation that takes no request values: no body,
+// a body of JSON white space, or the object {} is accepted; anything else is refused
+// as DecodeJSON refuses it (415 for a Content-Type that is not application/json in
+// UTF-8, 413 beyond MaxBodyBytes, 400 for malformed JSON, a value that is not an object,
+// or any member, which is unknown; Errors locates it).
+func DecodeEmptyJSON(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{Kind: KindBodyTooLarge, Detail: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+	case err != nil:
+		return invalidBody("", "cannot be read")
+	case strings.TrimLeft(string(body), " \t\r\n") == "":
+		return nil
+	}
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	return decodeStrict(&countingReader{r: bytes.NewReader(body)}, &struct{}{})
 }
 
 // decodeStrict decodes one JSON value from body into dst; see DecodeJSON.

@@ -124,6 +124,51 @@ func TestDecodeJSON(t *testing.T) {
 	}
 }
 
+func TestDecodeEmptyJSON(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newTestRouter(t)
+	r.Post("/act", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := httpx.DecodeEmptyJSON(w, r); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}))
+	for _, tt := range []struct {
+		name, contentType, body string
+		status                  int
+		pointer                 string // "-" for none
+	}{
+		{"no body", "", "", 204, "-"},
+		{"white space", "", " \n", 204, "-"},
+		{"empty object", "application/json", "{}", 204, "-"},
+		{"empty object, other charset", "application/json; charset=latin1", "{}", 415, "-"},
+		{"empty object, no content type", "", "{}", 415, "-"},
+		{"a member", "application/json", `{"x":1}`, 400, "/x"},
+		{"an array", "application/json", `[]`, 400, ""},
+		{"null", "application/json", `null`, 400, ""},
+		{"malformed", "application/json", `{`, 400, ""},
+		{"too large", "application/json", `{"x":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, 413, "-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var header []string
+			if tt.contentType != "" {
+				header = []string{"Content-Type", tt.contentType}
+			}
+			rec := do(t, r, http.MethodPost, "/act", strings.NewReader(tt.body), header...)
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d (body %s)", rec.Code, tt.status, rec.Body)
+			}
+			if tt.pointer != "-" {
+				if p := decodeProblem(t, rec); len(p.Errors) != 1 || p.Errors[0].Pointer != tt.pointer {
+					t.Errorf("errors = %+v, want one at pointer %q", p.Errors, tt.pointer)
+				}
+			}
+		})
+	}
+}
+
 func TestDecodeJSONLimitsBodyWithoutRouter(t *testing.T) {
 	t.Parallel()
 	body := `{"name":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`

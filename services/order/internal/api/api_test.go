@@ -403,6 +403,11 @@ func TestBadInput(t *testing.T) {
 		{name: "get bad id", method: http.MethodGet, path: "/orders/nope", status: 400, field: "id"},
 		{name: "place bad id", path: "/orders/12345/place", status: 400, field: "id"},
 		{name: "cancel bad id", path: "/orders/" + strings.ToUpper(customer) + "x/cancel", status: 400, field: "id"},
+		{name: "place with a member", path: "/orders/" + uuid.NewString() + "/place", body: `{"x":1}`, status: 400, field: "/x"},
+		{name: "cancel with an array", path: "/orders/" + uuid.NewString() + "/cancel", body: `[]`, status: 400, field: ""},
+		{name: "place with another charset", path: "/orders/" + uuid.NewString() + "/place", contentType: "application/json; charset=latin1", body: `{}`, status: 415, field: "Content-Type"},
+		{name: "create with another charset", contentType: "application/json; charset=latin1", body: body(line("1")), status: 415, field: "Content-Type"},
+		{name: "place unknown order with {}", path: "/orders/" + uuid.NewString() + "/place", body: `{}`, status: 404},
 		{name: "place unknown order", path: "/orders/" + uuid.NewString() + "/place", status: 404},
 		{name: "cancel unknown order", path: "/orders/" + uuid.NewString() + "/cancel", status: 404},
 	}
