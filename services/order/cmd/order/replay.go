@@ -56,7 +56,7 @@ type replayConfig struct {
 // a replayed event whose key a consumer may have purged would be applied again.
 func loadReplayConfig(env *config.Env) replayConfig {
 	c := replayConfig{
-		DatabaseURL:  env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		DatabaseURL:  pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
 		Horizon:      env.PositiveDuration("OUTBOX_REPLAY_HORIZON", outbox.DefaultReplayHorizon),
 		MinRetention: env.PositiveDuration("INBOX_MIN_RETENTION", outbox.DefaultReplayHorizon),
 		LogLevel:     logging.LevelFromEnv(env),

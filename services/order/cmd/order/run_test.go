@@ -351,6 +351,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"order", "serve"}, map[string]string{"LOG_LEVEL": "loud", "MIGRATE_ON_START": "maybe"},
 			[]string{"LOG_LEVEL", "MIGRATE_ON_START"}},
 		{[]string{"order", "migrate"}, map[string]string{"LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		// A URL that cannot be parsed is refused before serve listens.
+		{[]string{"order", "serve"}, map[string]string{"ORDER_DATABASE_URL": "::bad", "HTTP_ADDR": "256.0.0.1:1"},
+			[]string{"config: ORDER_DATABASE_URL"}},
 	} {
 		err := run(ctx, tc.args, env(tc.vars), io.Discard, io.Discard)
 		for _, want := range tc.want {
