@@ -18,10 +18,14 @@ TEST_JSON ?=
 
 all: lint test
 
+# VERSION is what `<binary> --version` prints before the Go version.
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X example.com/shop/platform/cli.version=$(VERSION)
+
 ## build: compile bin/order, bin/stock, bin/shipping and bin/auditor
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping ./services/auditor/cmd/auditor
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping ./services/auditor/cmd/auditor
 
 ## test: lint, then every unit, integration and end-to-end test with the race detector
 test: lint build
