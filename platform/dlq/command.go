@@ -45,7 +45,7 @@ type Config struct {
 
 	// Env, when set, reads the configuration the caller reads, so that each
 	// subcommand's --help lists the environment variables with their defaults.
-	Env func(env *config.Env)
+	Env func(env *config.Env) `json:"-"`
 
 	// pause, for tests only, waits between a replayed copy's confirm and the ack.
 	pause time.Duration
