@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -111,6 +112,21 @@ type Connection struct {
 	blockReason  string
 	blockedSince time.Time
 	unblocked    chan struct{}
+}
+
+// URLFromEnv returns the broker URL in key, def when it is unset, and records a
+// *config.VarError on env for a value that is no amqp:// or amqps:// URI, so that a
+// binary refuses it with its other configuration errors, before it starts anything.
+// The recorded message masks a password.
+func URLFromEnv(env *config.Env, key, def string) string {
+	raw := env.String(key, def)
+	if _, err := amqp091.ParseURI(raw); err != nil {
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a password
+		}
+		env.Errorf(key, "%q is not an AMQP URL such as amqp://user:password@host:5672/vhost (%v)", config.MaskURL(raw), err)
+	}
+	return raw
 }
 
 // Dial connects to url with the default Options; see DialOptions.

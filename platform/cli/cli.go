@@ -217,13 +217,25 @@ func (p Program) printCommandHelp(w io.Writer, c Command) {
 	}
 }
 
-// Version returns the build of the running binary: its module version ("(devel)" for a
-// local build) and, when the build recorded them, the VCS revision (12 digits, with
-// "+dirty" for uncommitted changes) and the Go version.
+// version is the build's version, set at link time by `make build`:
+// -ldflags "-X example.com/shop/platform/cli.version=$(git describe --always --dirty)".
+// Empty in a build without it, such as `go build` or `go run`.
+var version string
+
+// Version returns the build of the running binary: the version `make build` stamps
+// (git describe) or else its module version ("(devel)" for a local build), then, when
+// the build recorded them, the VCS revision (12 digits, with "+dirty" for uncommitted
+// changes) unless the stamped version already names the commit, and the Go version.
 func Version() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
+		if version != "" {
+			return version
+		}
 		return "(unknown build)"
+	}
+	if version != "" {
+		return version + " " + info.GoVersion
 	}
 	out := info.Main.Version
 	if out == "" {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
 )
@@ -43,6 +43,10 @@ type Config struct {
 	// Logger receives one line per dropped or replayed message.
 	Logger *slog.Logger
 
+	// Env, when set, reads the configuration the caller reads, so that each
+	// subcommand's --help lists the environment variables with their defaults.
+	Env func(env *config.Env) `json:"-"`
+
 	// pause, for tests only, waits between a replayed copy's confirm and the ack.
 	pause time.Duration
 }
@@ -67,7 +71,8 @@ const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force
 // leaves each message in the dead-letter queue, in the service's queue, or in both
 // (the inbox then skips the second copy). replay and drop also resolve the message's
 // dead_letter rows. It returns an error for bad arguments, an ID that was not found,
-// a refused replay, and a database or broker failure.
+// a refused replay, and a database or broker failure; a command line that cannot run
+// is a *cli.UsageError (exit 2), and --help on a subcommand prints its own flags.
 func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 5 * time.Second
@@ -75,79 +80,81 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if len(args) == 0 {
-		return errors.New("usage: " + Usage)
-	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "usage: "+Usage)
-		return nil
-	}
-	fs := flag.NewFlagSet("dlq "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "list: print a JSON array")
-	dryRun := fs.Bool("dry-run", false, "replay: say what would happen, change nothing")
-	force := fs.Bool("force", false, "replay: also messages older than the inbox purge horizon, or without an event_id")
-	all := fs.Bool("all", false, "replay: every message")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: "+Usage)
-			return nil
+	var asJSON, dryRun, force, all bool
+	// do opens the connections and runs one subcommand.
+	do := func(run func(s *session) error) error {
+		s, err := open(ctx, cfg)
+		if err != nil {
+			return err
 		}
-		return err
+		defer s.close()
+		return run(s)
 	}
-	ids := fs.Args()
-	flagged := func(names ...string) error {
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			if !slices.Contains(names, f.Name) {
-				set = append(set, "--"+f.Name)
+	name := cfg.Consumer
+	if name == "" {
+		name = "dlq"
+	} else {
+		name += " dlq"
+	}
+	err := cli.Program{Name: name, Summary: "read, replay or drop the dead-letter queue", Commands: []cli.Command{{
+		Name:    "list",
+		Summary: "every message in the dead-letter queue: event_id, event name, attempts, age and reason",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {event_id, event_name, attempts, reason, dead_lettered_at, message_key}")
+		},
+		Env: cfg.Env,
+		Run: func(ctx context.Context, _ []string) error {
+			return do(func(s *session) error { return s.list(ctx, stdout, asJSON) })
+		},
+	}, {
+		Name:    "show",
+		Args:    "ID",
+		Summary: "one message whole: properties, headers, body",
+		Env:     cfg.Env,
+		Run: func(ctx context.Context, ids []string) error {
+			if len(ids) != 1 {
+				return cli.Usagef("show", "show takes one ID, got %d", len(ids))
 			}
-		})
-		if len(set) > 0 {
-			return fmt.Errorf("dlq %s: %s not accepted here; usage: %s", args[0], strings.Join(set, ", "), Usage)
+			return do(func(s *session) error { return s.show(ctx, stdout, ids[0]) })
+		},
+	}, {
+		Name:    "replay",
+		Args:    "(--all | ID...)",
+		Summary: "move messages back to the service's queue, x-attempt reset",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
+			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, or without an event_id")
+			fs.BoolVar(&all, "all", false, "every message")
+		},
+		Env: cfg.Env,
+		Run: func(ctx context.Context, ids []string) error {
+			if all == (len(ids) > 0) {
+				return cli.Usagef("replay", "replay takes --all or IDs, not both nor neither")
+			}
+			return do(func(s *session) error { return s.replay(ctx, stdout, ids, dryRun, force) })
+		},
+	}, {
+		Name:    "drop",
+		Args:    "ID...",
+		Summary: "delete messages, logging each",
+		Env:     cfg.Env,
+		Run: func(ctx context.Context, ids []string) error {
+			if len(ids) == 0 {
+				return cli.Usagef("drop", "drop takes one or more IDs")
+			}
+			return do(func(s *session) error { return s.drop(ctx, stdout, ids) })
+		},
+	}}}.Run(ctx, append([]string{name}, args...), stdout)
+	var ue *cli.UsageError
+	if errors.As(err, &ue) {
+		// The binary's help for dlq lists the subcommands; each has --help of its own.
+		sep := " "
+		if ue.Help == "" {
+			sep = ": "
 		}
-		return nil
+		return &cli.UsageError{Err: fmt.Errorf("dlq%s%w", sep, ue.Err), Help: "dlq"}
 	}
-	var err error
-	switch args[0] {
-	case "list":
-		if err = flagged("json"); err == nil && len(ids) > 0 {
-			err = fmt.Errorf("dlq list takes no ID; usage: %s", Usage)
-		}
-	case "show":
-		if err = flagged(); err == nil && len(ids) != 1 {
-			err = fmt.Errorf("dlq show takes one ID; usage: %s", Usage)
-		}
-	case "replay":
-		if err = flagged("dry-run", "force", "all"); err == nil && *all == (len(ids) > 0) {
-			err = fmt.Errorf("dlq replay takes --all or IDs, not both nor neither; usage: %s", Usage)
-		}
-	case "drop":
-		if err = flagged(); err == nil && len(ids) == 0 {
-			err = fmt.Errorf("dlq drop takes one or more IDs; usage: %s", Usage)
-		}
-	default:
-		err = fmt.Errorf("unknown dlq command %q; usage: %s", args[0], Usage)
-	}
-	if err != nil {
-		return err
-	}
-
-	s, err := open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	switch args[0] {
-	case "list":
-		return s.list(ctx, stdout, *asJSON)
-	case "show":
-		return s.show(ctx, stdout, ids[0])
-	case "replay":
-		return s.replay(ctx, stdout, ids, *dryRun, *force)
-	default:
-		return s.drop(ctx, stdout, ids)
-	}
+	return err
 }
 
 // session holds one command's connections.

@@ -20,6 +20,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/testkit"
 )
 
@@ -327,17 +328,32 @@ func TestBadArguments(t *testing.T) {
 		nil, {"list", "x"}, {"list", "--all"}, {"show"}, {"replay"}, {"replay", "--all", "x"},
 		{"drop"}, {"drop", "--force", "x"}, {"purge"},
 	} {
-		if err := Run(t.Context(), Config{}, args, io.Discard, io.Discard); err == nil {
-			t.Errorf("dlq %v: no error", args)
+		err := Run(t.Context(), Config{Consumer: "stock"}, args, io.Discard, io.Discard)
+		var ue *cli.UsageError
+		if !errors.As(err, &ue) || ue.Help != "dlq" || !strings.HasPrefix(err.Error(), "dlq") {
+			t.Errorf("dlq %v = %v, want a usage error of dlq", args, err)
 		}
+	}
+}
+
+// TestSubcommandHelp: each subcommand's help lists its own flags only.
+func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := Run(t.Context(), Config{Consumer: "stock"}, []string{"list", "--help"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "usage: stock dlq list [flags]") || !strings.Contains(s, "--json") ||
+		strings.Contains(s, "--all") || strings.Contains(s, "--dry-run") || strings.Contains(s, "Usage of") {
+		t.Errorf("list --help = %q", s)
 	}
 }
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"help"}, {"--help"}, {"replay", "-h"}} {
+	for _, args := range [][]string{{"help"}, {"--help"}, {"replay", "-h"}, {"help", "replay"}} {
 		var out bytes.Buffer
-		if err := Run(t.Context(), Config{}, args, &out, io.Discard); err != nil || !strings.Contains(out.String(), "dlq replay") {
+		if err := Run(t.Context(), Config{}, args, &out, io.Discard); err != nil || !strings.Contains(out.String(), "replay") {
 			t.Errorf("dlq %v = %q, %v", args, out.String(), err)
 		}
 	}

@@ -83,7 +83,10 @@ func TestReplayKilledMidwayLosesNothing(t *testing.T) {
 		}
 	}
 
-	cfg, _ := json.Marshal(helperConfig{Config: f.cfg, Pause: 50 * time.Millisecond})
+	cfg, err := json.Marshal(helperConfig{Config: f.cfg, Pause: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "replay", "--all")
 	cmd.Env = append(os.Environ(), helperEnv+"="+string(cfg))
 	stdout, err := cmd.StdoutPipe()

@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding"
 	stdjson "encoding/json"
 	"errors"
@@ -43,13 +44,15 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // DecodeJSON decodes the request body, one JSON value, into dst (a non-nil pointer),
 // strictly: member names match dst's json tags exactly (case-sensitive), a member named
 // twice or one dst does not have is refused, and so are invalid UTF-8 and data after the
-// value. A JSON null leaves the field at its zero value. It returns nil or an *Error:
+// value. A JSON null is refused as a value of the wrong JSON type, but for a pointer or
+// interface destination (which it leaves nil). It returns nil or an *Error:
 //   - KindUnsupportedMediaType when Content-Type is not application/json (parameters
 //     allowed; a charset other than utf-8 is refused);
 //   - KindBodyTooLarge when the body exceeds MaxBodyBytes;
 //   - KindInvalidRequest when the body is empty or malformed (detail gives the byte
-//     offset), or when a member is duplicated, unknown or of the wrong JSON type; Errors
-//     then holds its RFC 6901 JSON Pointer, such as "/lines/1/product_id";
+//     offset), or when a member is duplicated, unknown, null or of the wrong JSON type;
+//     Errors holds its RFC 6901 JSON Pointer, such as "/lines/1/product_id", or "" for
+//     the whole body;
 //   - KindInternal when dst is not a non-nil pointer (a programming error).
 //
 // w is used only to limit the body (http.MaxBytesReader); DecodeJSON writes nothing.
@@ -58,14 +61,39 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return err
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return invalidBody("", "request body is empty")
+		return invalidBody("", "is empty")
 	}
 	return decodeStrict(&countingReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}, dst)
 }
 
+// DecodeEmptyJSON reads the body of an operation that takes no request values: no body,
+// a body of JSON white space, or the object {} is accepted; anything else is refused
+// as DecodeJSON refuses it (415 for a Content-Type that is not application/json in
+// UTF-8, 413 beyond MaxBodyBytes, 400 for malformed JSON, a value that is not an object,
+// or any member, which is unknown; Errors locates it).
+func DecodeEmptyJSON(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{Kind: KindBodyTooLarge, Detail: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+	case err != nil:
+		return invalidBody("", "cannot be read")
+	case strings.TrimLeft(string(body), " \t\r\n") == "":
+		return nil
+	}
+	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	return decodeStrict(&countingReader{r: bytes.NewReader(body)}, &struct{}{})
+}
+
 // decodeStrict decodes one JSON value from body into dst; see DecodeJSON.
 func decodeStrict(body *countingReader, dst any) error {
-	err := json.UnmarshalRead(body, dst, json.RejectUnknownMembers(true))
+	err := json.UnmarshalRead(body, dst, json.RejectUnknownMembers(true), json.WithUnmarshalers(refuseNull))
 	if err == nil {
 		return nil
 	}
@@ -78,16 +106,18 @@ func decodeStrict(body *countingReader, dst any) error {
 	case errors.As(err, &tooLarge):
 		return &Error{Kind: KindBodyTooLarge, Detail: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
 	case errors.Is(err, io.ErrUnexpectedEOF) && !body.content:
-		return invalidBody("", "request body is empty")
+		return invalidBody("", "is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return invalidBody("", fmt.Sprintf("malformed JSON at byte offset %d: the body ends in the middle of a value", body.n))
+		return invalidBody("", fmt.Sprintf("is malformed JSON at byte offset %d: it ends in the middle of a value", body.n))
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syn):
 		return invalidBody(string(syn.JSONPointer), "member appears twice")
 	case errors.As(err, &syn):
-		return invalidBody(string(syn.JSONPointer), fmt.Sprintf("malformed JSON at byte offset %d: %v", syn.ByteOffset, syn.Err))
+		return invalidBody(string(syn.JSONPointer), fmt.Sprintf("is malformed JSON at byte offset %d: %v", syn.ByteOffset, syn.Err))
 	case errors.As(err, &sem) && sem.GoType == nil:
 		// dst is not a non-nil pointer: the handler's mistake, not the client's.
 		return &Error{Kind: KindInternal, Err: err}
+	case errors.As(err, &sem) && errors.Is(sem.Err, errNull):
+		return invalidBody(string(sem.JSONPointer), "must not be null")
 	case errors.As(err, &sem) && errors.Is(sem.Err, json.ErrUnknownName):
 		return invalidBody(string(sem.JSONPointer), "unknown member")
 	case errors.As(err, &sem):
@@ -101,16 +131,38 @@ func decodeStrict(body *countingReader, dst any) error {
 		}
 		return invalidBody(string(sem.JSONPointer), want)
 	}
-	return invalidBody("", "the request body cannot be decoded")
+	return invalidBody("", "cannot be decoded")
 }
 
-// invalidBody is a KindInvalidRequest error about the body value at pointer.
-func invalidBody(pointer, detail string) *Error {
-	where := "request body"
-	if pointer != "" {
-		where = pointer
+// errNull is refuseNull's error.
+var errNull = errors.New("null where a value is required")
+
+// refuseNull refuses a JSON null decoded into anything but a pointer or an interface:
+// null is no string, number, boolean, object or array, so a required member given as
+// null is a value of the wrong JSON type (400), not a missing one. Other values go to
+// the default decoding.
+var refuseNull = json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v any) error {
+	if dec.PeekKind() != 'n' {
+		return errors.ErrUnsupported
 	}
-	return &Error{Kind: KindInvalidRequest, Detail: where + ": " + detail,
+	switch reflect.TypeOf(v).Elem().Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return errors.ErrUnsupported
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	return errNull
+})
+
+// invalidBody is a KindInvalidRequest error about the body value at pointer ("" for
+// the whole body); detail is a predicate such as "is empty" or "must not be null".
+func invalidBody(pointer, detail string) *Error {
+	where := "request body "
+	if pointer != "" {
+		where = pointer + ": "
+	}
+	return &Error{Kind: KindInvalidRequest, Detail: where + detail,
 		Errors: []FieldError{{Pointer: pointer, Detail: detail}}}
 }
 

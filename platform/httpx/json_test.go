@@ -55,7 +55,12 @@ func TestDecodeJSON(t *testing.T) {
 		{"valid", "application/json", `{"id":"` + id + `","name":"pen","qty":2,"lines":[{"product_id":"` + id + `","qty":1}]}`, 201, "", "-", ""},
 		{"charset", "application/json; charset=UTF-8", `{"name":"pen"}`, 201, "", "-", ""},
 		{"surrounding space", "application/json", " \n{\"name\":\"pen\"}\n ", 201, "", "-", ""},
-		{"null members", "application/json", `{"name":null,"lines":null}`, 201, "", "-", ""},
+		{"null body", "application/json", `null`, 400, httpx.KindInvalidRequest, "", "must not be null"},
+		{"null string", "application/json", `{"name":null}`, 400, httpx.KindInvalidRequest, "/name", "must not be null"},
+		{"null array", "application/json", `{"lines":null}`, 400, httpx.KindInvalidRequest, "/lines", "must not be null"},
+		{"null line", "application/json", `{"lines":[{"qty":1},null]}`, 400, httpx.KindInvalidRequest, "/lines/1", "must not be null"},
+		{"null number", "application/json", `{"lines":[{"qty":null}]}`, 400, httpx.KindInvalidRequest, "/lines/0/qty", "must not be null"},
+		{"null uuid", "application/json", `{"id":null}`, 400, httpx.KindInvalidRequest, "/id", "must not be null"},
 		{"no content type", "", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", "application/json"},
 		{"text/plain", "text/plain", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", "application/json"},
 		{"other charset", "application/json; charset=latin1", `{"name":"pen"}`, 415, httpx.KindUnsupportedMediaType, "-", ""},
@@ -103,11 +108,62 @@ func TestDecodeJSON(t *testing.T) {
 					t.Errorf("errors = %+v, want one at pointer %q", p.Errors, tt.pointer)
 				}
 			}
+			if tt.pointer == "" && !strings.Contains(rec.Body.String(), `{"pointer":"","detail":`) {
+				t.Errorf("body %s has no whole-body locator", rec.Body)
+			}
+			if strings.Contains(p.Detail, "request body: ") || strings.Count(p.Detail, "request body") > 1 {
+				t.Errorf("detail = %q repeats itself", p.Detail)
+			}
 			if !strings.Contains(p.Detail, tt.detail) {
 				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.detail)
 			}
 			if strings.Contains(p.Detail, "httpx_test") || strings.Contains(p.Detail, "uuid.UUID") || strings.Contains(p.Detail, "Go ") {
 				t.Errorf("detail exposes Go types: %q", p.Detail)
+			}
+		})
+	}
+}
+
+func TestDecodeEmptyJSON(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newTestRouter(t)
+	r.Post("/act", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := httpx.DecodeEmptyJSON(w, r); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}))
+	for _, tt := range []struct {
+		name, contentType, body string
+		status                  int
+		pointer                 string // "-" for none
+	}{
+		{"no body", "", "", 204, "-"},
+		{"white space", "", " \n", 204, "-"},
+		{"empty object", "application/json", "{}", 204, "-"},
+		{"empty object, other charset", "application/json; charset=latin1", "{}", 415, "-"},
+		{"empty object, no content type", "", "{}", 415, "-"},
+		{"a member", "application/json", `{"x":1}`, 400, "/x"},
+		{"an array", "application/json", `[]`, 400, ""},
+		{"null", "application/json", `null`, 400, ""},
+		{"malformed", "application/json", `{`, 400, ""},
+		{"too large", "application/json", `{"x":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`, 413, "-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var header []string
+			if tt.contentType != "" {
+				header = []string{"Content-Type", tt.contentType}
+			}
+			rec := do(t, r, http.MethodPost, "/act", strings.NewReader(tt.body), header...)
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d (body %s)", rec.Code, tt.status, rec.Body)
+			}
+			if tt.pointer != "-" {
+				if p := decodeProblem(t, rec); len(p.Errors) != 1 || p.Errors[0].Pointer != tt.pointer {
+					t.Errorf("errors = %+v, want one at pointer %q", p.Errors, tt.pointer)
+				}
 			}
 		})
 	}

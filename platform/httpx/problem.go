@@ -142,6 +142,20 @@ type FieldError struct {
 	Detail string `json:"detail"`
 }
 
+// MarshalJSON writes the error with exactly one locator: pointer, parameter or header.
+// A pointer of "" (the whole body) is written, not left out, when neither of the others
+// is set.
+func (e FieldError) MarshalJSON() ([]byte, error) {
+	type plain FieldError // without this method
+	if e.Pointer != "" || e.Parameter != "" || e.Header != "" {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		Pointer string `json:"pointer"`
+		Detail  string `json:"detail"`
+	}{e.Pointer, e.Detail})
+}
+
 // writeProblem writes the problem of kind k as application/problem+json, with the request
 // path as instance.
 func writeProblem(w http.ResponseWriter, r *http.Request, k Kind, detail string, errs []FieldError) {

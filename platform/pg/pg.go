@@ -25,6 +25,22 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
+// URLFromEnv returns the PostgreSQL URL (or key=value DSN) in key, def when it is
+// unset, and records a *config.VarError on env for a value pgx cannot parse, so that a
+// binary refuses it with its other configuration errors, before it starts anything.
+// The recorded message masks a password.
+func URLFromEnv(env *config.Env, key, def string) string {
+	raw := env.String(key, def)
+	if _, err := pgconn.ParseConfig(raw); err != nil {
+		why := "it cannot be parsed"
+		if inner := errors.Unwrap(err); inner != nil {
+			why = inner.Error()
+		}
+		env.Errorf(key, "%q is not a PostgreSQL URL such as postgres://user@host:5432/db (%s)", config.MaskURL(raw), why)
+	}
+	return raw
+}
+
 // NewPool parses databaseURL (a postgres:// URL or a key=value DSN), opens a
 // pool and pings the server once. It returns an error naming the database
 // when the URL is invalid or the server does not answer before ctx ends.

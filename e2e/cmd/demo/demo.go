@@ -709,7 +709,6 @@ func (d *demo) summary(ctx context.Context) error {
 		return fmt.Errorf("%w\nthe processes' logs are in %s", err, d.s.logDir)
 	}
 	d.ui.plain("\n  lost = 0, unaccounted = 0, no double reservation. Logs: %s", filepath.Join(d.s.logDir, "*.log"))
-	d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
 	return nil
 }
 

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/pg"
 )
 
 // serveConfig is the configuration of `auditor serve`, read from the environment:
@@ -39,16 +41,16 @@ type serveConfig struct {
 // loadServeConfig reads serveConfig through env; env.Err names every bad variable.
 func loadServeConfig(env *config.Env) serveConfig {
 	c := serveConfig{
-		OrderDatabaseURL: env.String("AUDITOR_ORDER_DATABASE_URL", "postgres://postgres@localhost:5432/orders?sslmode=disable"),
+		OrderDatabaseURL: pg.URLFromEnv(env, "AUDITOR_ORDER_DATABASE_URL", "postgres://postgres@localhost:5432/orders?sslmode=disable"),
 		ConsumerDBs: map[string]string{
-			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable"),
-			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable"),
+			contracts.ConsumerStock:    pg.URLFromEnv(env, "AUDITOR_STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable"),
+			contracts.ConsumerShipping: pg.URLFromEnv(env, "AUDITOR_SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable"),
 		},
 		MetricsURLs: map[string]string{
 			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_METRICS_URL", "http://localhost:8082/metrics"),
 			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_METRICS_URL", "http://localhost:8083/metrics"),
 		},
-		AMQPURL:  env.String("AMQP_URL", config.DefaultAMQPURL),
+		AMQPURL:  amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr: env.String("HTTP_ADDR", ":8085"),
 		Interval: env.PositiveDuration("AUDIT_INTERVAL", 5*time.Second),
 		Grace:    env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),

@@ -5,6 +5,7 @@ import (
 
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/pg"
 )
 
 // Defaults of the order service (docs/operations.md lists every variable).
@@ -31,7 +32,7 @@ type serveConfig struct {
 // loadServeConfig reads serveConfig through env; env.Err names every bad variable.
 func loadServeConfig(env *config.Env) serveConfig {
 	return serveConfig{
-		DatabaseURL:    env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		DatabaseURL:    pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
 		HTTPAddr:       env.String("HTTP_ADDR", defaultHTTPAddr),
 		LogLevel:       logging.LevelFromEnv(env),
 		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
@@ -58,7 +59,7 @@ type migrateConfig struct {
 // loadMigrateConfig reads migrateConfig through env; env.Err names every bad variable.
 func loadMigrateConfig(env *config.Env) migrateConfig {
 	return migrateConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		DatabaseURL: pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
 		LogLevel:    logging.LevelFromEnv(env),
 	}
 }

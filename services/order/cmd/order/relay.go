@@ -60,8 +60,8 @@ type relayConfig struct {
 // loadRelayConfig reads relayConfig through env; env.Err names every bad variable.
 func loadRelayConfig(env *config.Env) relayConfig {
 	c := relayConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
-		AMQPURL:     env.String("AMQP_URL", config.DefaultAMQPURL),
+		DatabaseURL: pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
+		AMQPURL:     amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:    env.String("HTTP_ADDR", defaultRelayHTTPAddr),
 		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
@@ -199,17 +199,20 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 }
 
 // purgeConfig is the configuration of `order purge-outbox`: ORDER_DATABASE_URL
-// and LOG_LEVEL, as for serve.
+// and LOG_LEVEL, as for serve, and OUTBOX_REPLAY_HORIZON, the shortest
+// --older-than it accepts.
 type purgeConfig struct {
-	DatabaseURL string
-	LogLevel    slog.Level
+	DatabaseURL   string
+	LogLevel      slog.Level
+	ReplayHorizon time.Duration
 }
 
 // loadPurgeConfig reads purgeConfig through env; env.Err names every bad variable.
 func loadPurgeConfig(env *config.Env) purgeConfig {
 	return purgeConfig{
-		DatabaseURL: env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
-		LogLevel:    logging.LevelFromEnv(env),
+		DatabaseURL:   pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
+		LogLevel:      logging.LevelFromEnv(env),
+		ReplayHorizon: env.PositiveDuration("OUTBOX_REPLAY_HORIZON", outbox.DefaultReplayHorizon),
 	}
 }
 
@@ -218,7 +221,9 @@ func loadPurgeConfig(env *config.Env) purgeConfig {
 // required, > 0), then the API's Idempotency-Keys (processed_event, consumer
 // api.IdempotencyConsumer) older than the same horizon, and prints how many of
 // each it deleted (docs/architecture.md, rule 5). Unpublished rows are never
-// deleted.
+// deleted. A horizon shorter than OUTBOX_REPLAY_HORIZON is refused (exit 1):
+// a typo such as --older-than 2m cannot wipe what replay-outbox and retried
+// Idempotency-Keys still need.
 func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(string) string, stdout, stderr io.Writer) error {
 	if olderThan <= 0 {
 		return cli.Usagef("purge-outbox", "purge-outbox: --older-than must be a positive duration such as 168h, got %v", olderThan)
@@ -226,6 +231,13 @@ func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(st
 	cfg, err := load(getenv, loadPurgeConfig)
 	if err != nil {
 		return err
+	}
+	if olderThan < cfg.ReplayHorizon {
+		// A shorter horizon would delete rows replay-outbox must still find and
+		// Idempotency-Keys a client may still retry with (a retry would create anew).
+		return fmt.Errorf("purge-outbox: --older-than %s is shorter than OUTBOX_REPLAY_HORIZON (%s): "+
+			"published rows and Idempotency-Keys are kept as long as a period can be replayed",
+			olderThan, cfg.ReplayHorizon)
 	}
 	logger := logging.New(stderr, cfg.LogLevel, servicePurge)
 

@@ -302,6 +302,13 @@ func TestPurgeOutboxCommand(t *testing.T) {
 	}
 
 	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	for _, c := range []struct{ olderThan, horizon string }{{"2m", ""}, {"167h", ""}, {"1h", "2h"}} {
+		err := run(t.Context(), []string{"order", "purge-outbox", "--older-than", c.olderThan},
+			env(map[string]string{"ORDER_DATABASE_URL": dbURL, "OUTBOX_REPLAY_HORIZON": c.horizon}), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "shorter than OUTBOX_REPLAY_HORIZON") {
+			t.Fatalf("purge-outbox --older-than %s (horizon %q): error %v", c.olderThan, c.horizon, err)
+		}
+	}
 	old := insertOutboxRow(t, pool, time.Now().Add(-8*24*time.Hour))
 	recent := insertOutboxRow(t, pool, time.Now().Add(-time.Hour))
 	pending := insertOutboxRow(t, pool, time.Time{})

@@ -56,7 +56,7 @@ type replayConfig struct {
 // a replayed event whose key a consumer may have purged would be applied again.
 func loadReplayConfig(env *config.Env) replayConfig {
 	c := replayConfig{
-		DatabaseURL:  env.String("ORDER_DATABASE_URL", defaultDatabaseURL),
+		DatabaseURL:  pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
 		Horizon:      env.PositiveDuration("OUTBOX_REPLAY_HORIZON", outbox.DefaultReplayHorizon),
 		MinRetention: env.PositiveDuration("INBOX_MIN_RETENTION", outbox.DefaultReplayHorizon),
 		LogLevel:     logging.LevelFromEnv(env),
@@ -135,6 +135,9 @@ func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.R
 		return t
 	}
 	req.Since, req.Until = parse("since", since), parse("until", until)
+	if !req.Since.IsZero() && !req.Until.IsZero() && !req.Since.Before(req.Until) {
+		errs = append(errs, fmt.Errorf("--since %s is not before --until %s: the period [since, until) is empty", since, until))
+	}
 	if eventName != "" && !slices.Contains(contracts.EventNames(), eventName) {
 		errs = append(errs, fmt.Errorf("--event-name %q is not one of %s", eventName, strings.Join(contracts.EventNames(), ", ")))
 	}

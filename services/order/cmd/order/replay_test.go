@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/cli"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
@@ -82,6 +83,14 @@ func TestReplayOutboxRefusals(t *testing.T) {
 		err := run(ctx, append([]string{"order", "replay-outbox"}, tc.args...), env(tc.vars), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		}
+	}
+	// A period that is empty or reversed is a usage error (exit 2), as a bad flag is.
+	for _, period := range [][2]string{{until, recent}, {recent, recent}} {
+		err := run(ctx, []string{"order", "replay-outbox", "--since", period[0], "--until", period[1]}, env(nil), io.Discard, io.Discard)
+		var ue *cli.UsageError
+		if !errors.As(err, &ue) || ue.Help != "replay-outbox" || !strings.HasPrefix(err.Error(), "replay-outbox: --since ") {
+			t.Errorf("since %s, until %s: %v, want a usage error of replay-outbox", period[0], period[1], err)
 		}
 	}
 	// The horizon error is outbox.ErrBeyondHorizon; --force lifts it (the command

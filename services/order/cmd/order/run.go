@@ -134,7 +134,6 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	logger.InfoContext(ctx, "order service listening", slog.String("addr", srv.Addr()))
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {

@@ -25,7 +25,7 @@ func env(vars map[string]string) func(string) string {
 }
 
 // logWatcher collects the JSON log lines of a running command and reports the address
-// of the "order service listening" line.
+// of the "http server listening" line.
 type logWatcher struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
@@ -44,7 +44,7 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 			Msg  string `json:"msg"`
 			Addr string `json:"addr"`
 		}
-		if json.Unmarshal(line, &rec) == nil && rec.Msg == "order service listening" && !w.found {
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "http server listening" && !w.found {
 			w.found = true
 			w.addr <- rec.Addr
 		}
@@ -178,6 +178,9 @@ func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), `"level":"ERROR"`) {
 		t.Errorf("serve logged errors:\n%s", logs)
+	}
+	if n := strings.Count(logs.String(), "listening"); n != 1 {
+		t.Errorf("%d lines say serve is listening, want 1:\n%s", n, logs)
 	}
 }
 
@@ -351,6 +354,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"order", "serve"}, map[string]string{"LOG_LEVEL": "loud", "MIGRATE_ON_START": "maybe"},
 			[]string{"LOG_LEVEL", "MIGRATE_ON_START"}},
 		{[]string{"order", "migrate"}, map[string]string{"LOG_LEVEL": "loud"}, []string{"LOG_LEVEL"}},
+		// A URL that cannot be parsed is refused before serve listens.
+		{[]string{"order", "serve"}, map[string]string{"ORDER_DATABASE_URL": "::bad", "HTTP_ADDR": "256.0.0.1:1"},
+			[]string{"config: ORDER_DATABASE_URL"}},
 	} {
 		err := run(ctx, tc.args, env(tc.vars), io.Discard, io.Discard)
 		for _, want := range tc.want {

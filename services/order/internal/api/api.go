@@ -204,7 +204,7 @@ func (a *API) getOrder(w http.ResponseWriter, r *http.Request) error {
 }
 
 // placeOrder handles POST /orders/{id}/place: 200 with the placed order, 400
-// for a bad id, 404 for an unknown order, 409 when it is not a draft. The
+// for a bad id or a body other than none or {} (413/415 as for createOrder), 404 for an unknown order, 409 when it is not a draft. The
 // transition, the new version and the order.order.placed.v1 outbox row commit
 // together (store.Tx.Update). With an Idempotency-Key a retry gets the first 200
 // again, even after the order changed (see respond).
@@ -227,6 +227,10 @@ func (a *API) transition(w http.ResponseWriter, r *http.Request, apply func(*ord
 	}
 	id, err := httpx.PathUUID(r, "id")
 	if err != nil {
+		return err
+	}
+	// The transition takes no values: a body, if any, is {}.
+	if err := httpx.DecodeEmptyJSON(w, r); err != nil {
 		return err
 	}
 	// The route and the order are the request: one key on another order or

@@ -92,7 +92,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", nil, nil), http.StatusConflict)
 	want(s.Do(t, http.MethodPost, "/orders/"+uuid.NewString()+"/place", nil, nil), http.StatusNotFound)
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", http.Header{"Idempotency-Key": {"has space"}}, nil), http.StatusBadRequest)
-	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", nil, nil), http.StatusOK)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", jsonBody, []byte(`{"x":1}`)), http.StatusBadRequest)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", http.Header{"Content-Type": {"text/plain"}}, []byte(`{}`)), http.StatusUnsupportedMediaType)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", jsonBody, []byte(`{"x":"`+strings.Repeat("a", httpx.MaxBodyBytes)+`"}`)), http.StatusRequestEntityTooLarge)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", http.Header{"Content-Type": {"application/json; charset=latin1"}}, []byte(`{}`)), http.StatusUnsupportedMediaType)
+	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", jsonBody, []byte(`{}`)), http.StatusOK)
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", nil, nil), http.StatusConflict)
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", withKey("p1"), nil), http.StatusUnprocessableEntity)
 

@@ -161,12 +161,14 @@ func TestConfig(t *testing.T) {
 		"SHIPPING_MAX_ATTEMPTS": "-1",
 		"SHIPPING_RETRY_DELAYS": "1s,1.5ms",
 		"LOG_LEVEL":             "loud",
+		"SHIPPING_DATABASE_URL": "::bad",
+		"AMQP_URL":              "http://u:secret@host/",
 	}), loadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)
 	}
-	for _, key := range []string{"SHIPPING_WORKERS", "SHIPPING_PREFETCH", "SHIPPING_MAX_ATTEMPTS", "SHIPPING_RETRY_DELAYS", "LOG_LEVEL"} {
+	for _, key := range []string{"SHIPPING_WORKERS", "SHIPPING_PREFETCH", "SHIPPING_MAX_ATTEMPTS", "SHIPPING_RETRY_DELAYS", "LOG_LEVEL", "SHIPPING_DATABASE_URL", "AMQP_URL"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("err = %v, does not name %s", err, key)
 		}

@@ -7,6 +7,7 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/pg"
 )
 
 // Defaults of the stock service (docs/operations.md lists every variable).
@@ -55,8 +56,8 @@ type serveConfig struct {
 // loadServeConfig reads serveConfig through env; env.Err names every bad variable.
 func loadServeConfig(env *config.Env) serveConfig {
 	c := serveConfig{
-		DatabaseURL:       env.String("STOCK_DATABASE_URL", defaultDatabaseURL),
-		AMQPURL:           env.String("AMQP_URL", config.DefaultAMQPURL),
+		DatabaseURL:       pg.URLFromEnv(env, "STOCK_DATABASE_URL", defaultDatabaseURL),
+		AMQPURL:           amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:          env.String("HTTP_ADDR", defaultHTTPAddr),
 		LogLevel:          logging.LevelFromEnv(env),
 		Workers:           env.PositiveInt("STOCK_WORKERS", 32),
@@ -107,7 +108,7 @@ type toolConfig struct {
 
 // loadMigrateConfig reads what migrate needs through env.
 func loadMigrateConfig(env *config.Env) toolConfig {
-	return toolConfig{DatabaseURL: env.String("STOCK_DATABASE_URL", defaultDatabaseURL), LogLevel: logging.LevelFromEnv(env)}
+	return toolConfig{DatabaseURL: pg.URLFromEnv(env, "STOCK_DATABASE_URL", defaultDatabaseURL), LogLevel: logging.LevelFromEnv(env)}
 }
 
 // loadPurgeConfig reads what purge-inbox needs through env.
@@ -120,7 +121,7 @@ func loadPurgeConfig(env *config.Env) toolConfig {
 // loadDLQConfig reads what dlq needs through env.
 func loadDLQConfig(env *config.Env) toolConfig {
 	c := loadPurgeConfig(env)
-	c.AMQPURL = env.String("AMQP_URL", config.DefaultAMQPURL)
+	c.AMQPURL = amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL)
 	return c
 }
 

@@ -273,5 +273,6 @@ func runDLQ(ctx context.Context, getenv func(string) string, args []string, stdo
 		Consumer: events.Consumer, Queue: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ,
 		DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
 		Logger: logging.New(stderr, cfg.LogLevel, name+"-dlq"),
+		Env:    func(env *config.Env) { loadDLQConfig(env) },
 	}, args, stdout, stderr)
 }

@@ -259,13 +259,14 @@ func TestConfig(t *testing.T) {
 	_, err = load(env(map[string]string{
 		"STOCK_WORKERS": "many", "STOCK_PREFETCH": "0", "STOCK_INBOX_GROUP": "-2", "STOCK_INBOX_TX": "x",
 		"STOCK_MAX_ATTEMPTS": "-1", "STOCK_RETRY_DELAYS": "1s,1.5ms", "LOG_LEVEL": "loud", "INBOX_MIN_RETENTION": "0s",
+		"STOCK_DATABASE_URL": "::bad", "AMQP_URL": "http://u:secret@host/",
 	}), loadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)
 	}
 	for _, key := range []string{"STOCK_WORKERS", "STOCK_PREFETCH", "STOCK_INBOX_GROUP", "STOCK_INBOX_TX",
-		"STOCK_MAX_ATTEMPTS", "STOCK_RETRY_DELAYS", "LOG_LEVEL", "INBOX_MIN_RETENTION"} {
+		"STOCK_MAX_ATTEMPTS", "STOCK_RETRY_DELAYS", "LOG_LEVEL", "INBOX_MIN_RETENTION", "STOCK_DATABASE_URL", "AMQP_URL"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("err = %v, does not name %s", err, key)
 		}
