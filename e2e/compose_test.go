@@ -156,8 +156,9 @@ var envName = regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$`)
 
 // envNamesRead returns the environment variable names that the non-test Go
 // files of pkg and of every package of this repository it depends on read:
-// string literals of that shape passed as the first argument of a call
-// (env.String("X", ...), getenv("X")) or given to a constant. A name built
+// string literals of that shape passed as an argument of a call
+// (env.String("X", ...), getenv("X"), pg.URLFromEnv(env, "X", ...)) or given
+// to a constant. A name built
 // as prefix + "SUFFIX" (the services' own variables, such as STOCK_WORKERS)
 // counts as the program's prefix followed by SUFFIX.
 func envNamesRead(t *testing.T, root, pkg, prefix string) map[string]bool {
@@ -202,8 +203,8 @@ func envNamesRead(t *testing.T, root, pkg, prefix string) map[string]bool {
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
 				case *ast.CallExpr:
-					if len(n.Args) > 0 {
-						lit(n.Args[0])
+					for _, a := range n.Args {
+						lit(a)
 					}
 				case *ast.ValueSpec:
 					for _, v := range n.Values {
