@@ -184,10 +184,10 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 // A leader frozen (SIGSTOP) in the middle of a batch, with its batch's
 // transaction open, is replaced: the new leader waits until that
 // transaction ends (the partition's batch lock), then publishes
-// everything. Woken up (SIGCONT) after that, the old leader sends nothing
-// more, not even the rest of its batch: the batch's publishing deadline has
-// passed. Every order's placed first reaches the queue before its
-// cancelled.
+// everything. Woken up (SIGCONT) after that, the old leader sends at most
+// the one message it was writing, not the rest of its batch: the batch's
+// publishing deadline has passed. Every order's placed first reaches the
+// queue before its cancelled.
 func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
@@ -293,8 +293,14 @@ func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) 
 	}
 	waitFor(t, "the woken leader steps down", 30*time.Second, func() bool { return metricValue(t, leader, "relay_leader") == 0 })
 	after := quiet()
-	if after != before {
-		t.Errorf("the woken leader sent %d more messages after the new leader had published everything", after-before)
+	// The deadline is read before each message: a message that had passed
+	// that check when the process froze still goes out when it wakes (a
+	// duplicate, which the inbox skips; its order's first copy arrived long
+	// before). Anything more would be the rest of the batch.
+	if late := after - before; late > 1 {
+		t.Errorf("the woken leader sent %d more messages after the new leader had published everything, want at most the one it was writing", late)
+	} else if late == 1 {
+		t.Log("the woken leader finished writing the one message it had started")
 	}
 	distinct, dups, disordered := got.check()
 	t.Logf("%d events, %d duplicates (the frozen batch's sent part, published again)", distinct, dups)
