@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -106,10 +107,14 @@ func TestRelayPublishesACloudEventInTheWritersTrace(t *testing.T) {
 	}
 
 	// Trace: the send span, and the traceparent that names it.
+	// The span ends once the relay has read the broker's confirm, which can
+	// come after the delivery the test just received.
 	var send sdktrace.ReadOnlySpan
-	for _, s := range spans.GetSpans().Snapshots() {
-		if s.Name() == "send "+topo.Exchange {
-			send = s
+	for deadline := time.Now().Add(10 * time.Second); send == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, s := range spans.GetSpans().Snapshots() {
+			if s.Name() == "send "+topo.Exchange {
+				send = s
+			}
 		}
 	}
 	if send == nil {
