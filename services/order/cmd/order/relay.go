@@ -120,7 +120,7 @@ func (c relayConfig) LogValue() slog.Value {
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
 func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadRelayConfig)
+	cfg, err := config.Load(getenv, loadRelayConfig)
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(st
 	if olderThan <= 0 {
 		return cli.Usagef("purge-outbox", "purge-outbox: --older-than must be a positive duration such as 168h, got %v", olderThan)
 	}
-	cfg, err := load(getenv, loadPurgeConfig)
+	cfg, err := config.Load(getenv, loadPurgeConfig)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func runReplayOutbox(ctx context.Context, f replayFlags, getenv func(string) str
 	if err != nil {
 		return cli.Usagef("replay-outbox", "replay-outbox: %w", err)
 	}
-	cfg, err := load(getenv, loadReplayConfig)
+	cfg, err := config.Load(getenv, loadReplayConfig)
 	if err != nil {
 		return err
 	}

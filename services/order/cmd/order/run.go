@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // returns nil after a clean one, also when ctx ends while it still waits for
 // the database.
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadServeConfig)
+	cfg, err := config.Load(getenv, loadServeConfig)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 // embedded migrations, logging each one and the outcome as JSON on stderr
 // (migrate.Apply); running it again applies nothing.
 func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadMigrateConfig)
+	cfg, err := config.Load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}

@@ -233,34 +233,34 @@ func TestPurgeInbox(t *testing.T) {
 // commit 16 x 2), reads every variable, and names every bad one.
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	c, err := load(env(nil), loadServeConfig)
+	c, err := config.Load(env(nil), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/stock?sslmode=disable" || c.AMQPURL != config.DefaultAMQPURL ||
 		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 32 || c.Prefetch != 128 ||
 		c.InboxGroup != 16 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
-		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.poolSize() != 6 {
+		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.PoolSize() != 6 {
 		t.Errorf("defaults = %+v", c)
 	}
-	c, err = load(env(map[string]string{
+	c, err = config.Load(env(map[string]string{
 		"STOCK_DATABASE_URL": "postgres://db/x", "AMQP_URL": "amqp://mq/", "HTTP_ADDR": ":1",
 		"LOG_LEVEL": "debug", "STOCK_WORKERS": "2", "STOCK_INBOX_GROUP": "1", "STOCK_INBOX_TX": "5",
 		"STOCK_RETRY_DELAYS": "50ms, 2s", "STOCK_MAX_ATTEMPTS": "3", "INBOX_MIN_RETENTION": "1h",
-	}), loadServeConfig)
+	}), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://db/x" || c.AMQPURL != "amqp://mq/" || c.HTTPAddr != ":1" ||
 		c.LogLevel != slog.LevelDebug || c.Workers != 2 || c.Prefetch != 8 || c.InboxGroup != 1 || c.InboxTx != 5 ||
-		c.MaxAttempts != 3 || fmt.Sprint(c.RetryDelays) != "[50ms 2s]" || c.MinRetention != time.Hour || c.poolSize() != 6 {
+		c.MaxAttempts != 3 || fmt.Sprint(c.RetryDelays) != "[50ms 2s]" || c.MinRetention != time.Hour || c.PoolSize() != 6 {
 		t.Errorf("config = %+v", c)
 	}
-	_, err = load(env(map[string]string{
+	_, err = config.Load(env(map[string]string{
 		"STOCK_WORKERS": "many", "STOCK_PREFETCH": "0", "STOCK_INBOX_GROUP": "-2", "STOCK_INBOX_TX": "x",
 		"STOCK_MAX_ATTEMPTS": "-1", "STOCK_RETRY_DELAYS": "1s,1.5ms", "LOG_LEVEL": "loud", "INBOX_MIN_RETENTION": "0s",
 		"STOCK_DATABASE_URL": "::bad", "AMQP_URL": "http://u:secret@host/",
-	}), loadServeConfig)
+	}), service.LoadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)
