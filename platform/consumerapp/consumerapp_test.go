@@ -122,8 +122,11 @@ func TestDependenciesNeedAContractConsumer(t *testing.T) {
 	if want := []string{"postgres", "rabbitmq", "rabbitmq_retry", "consumer"}; !slices.Equal(names, want) {
 		t.Errorf("checks %v, want %v", names, want)
 	}
-	if _, err := deps.Consume(nil, nil, nil); err == nil {
+	if err := deps.Consume(nil, nil, nil); err == nil {
 		t.Error("Consume before Connect succeeded")
+	}
+	if err := deps.Run(context.Background()); err == nil {
+		t.Error("Run before Consume succeeded")
 	}
 	if s := known.DLQCommand(getenv(nil), nil, nil).Summary; !strings.HasSuffix(s, contracts.QueueStockDLQ) {
 		t.Errorf("dlq summary %q does not name %s", s, contracts.QueueStockDLQ)

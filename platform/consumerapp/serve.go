@@ -94,11 +94,11 @@ func (d *Deps) Connect(ctx context.Context, logger *slog.Logger, reg prometheus.
 // dead-lettered after <P>MAX_ATTEMPTS, each dead letter recorded in dead_letter
 // before its copy (package dlq; docs/architecture.md rule 3). The consumer pauses
 // while the database does not answer. It also registers the dead-letter metrics
-// on reg. The caller runs the returned consumer (amqp.Consumer.Run).
-func (d *Deps) Consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) (*amqp.Consumer, error) {
+// on reg. Run then consumes.
+func (d *Deps) Consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) error {
 	p, conn, retryConn := d.pool.Load(), d.broker.Load(), d.retry.Load()
 	if p == nil || conn == nil || retryConn == nil {
-		return nil, errors.New("consumer: Consume called before Connect")
+		return errors.New("consumer: Consume called before Connect")
 	}
 	sub, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
 		Queue:       d.queue.Name,
@@ -114,14 +114,27 @@ func (d *Deps) Consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Regi
 		OnDeadLetter:    dlq.Recorder(p, d.svc.Name),
 	}, ib.HandleDelivery, logger, reg)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: %w", err)
+		return fmt.Errorf("consumer: %w", err)
 	}
 	d.consumer.Store(sub)
 	if err := reg.Register(dlq.NewCollector(p, conn, d.svc.Name,
 		[]string{d.queue.DeadLetterQueue, contracts.UnroutableQueue}, logger)); err != nil {
-		return nil, fmt.Errorf("dead-letter metrics: %w", err)
+		return fmt.Errorf("dead-letter metrics: %w", err)
 	}
-	return sub, nil
+	return nil
+}
+
+// Run consumes the queue after Consume until ctx ends (amqp.Consumer.Run): it
+// returns nil then, and the consumer's error, wrapped, when it stops for good.
+func (d *Deps) Run(ctx context.Context) error {
+	sub := d.consumer.Load()
+	if sub == nil {
+		return errors.New("consumer: Run called before Consume")
+	}
+	if err := sub.Run(ctx); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	return nil
 }
 
 // Close closes the broker connections and the pool that were opened.

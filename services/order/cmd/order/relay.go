@@ -125,15 +125,11 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceRelay)
-	stopTracing, err := telemetry.Setup(ctx, serviceRelay)
+	stopTracing, err := telemetry.Start(ctx, serviceRelay, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	// Serve health and metrics while the database and the broker are awaited.

@@ -105,15 +105,11 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceAPI)
-	stopTracing, err := telemetry.Setup(ctx, serviceAPI)
+	stopTracing, err := telemetry.Start(ctx, serviceAPI, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
 	validator, err := contracts.NewValidator()

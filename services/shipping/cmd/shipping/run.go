@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -70,15 +69,11 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, name)
-	stopTracing, err := telemetry.Setup(ctx, name)
+	stopTracing, err := telemetry.Start(ctx, name, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 	deps, err := service.NewDeps(cfg)
 	if err != nil {
@@ -103,19 +98,13 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		}
 		ib := inbox.New(pool, events.Consumer, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
 		events.Register(ib, logger)
-		sub, err := deps.Consume(ib, logger, reg)
-		if err != nil {
+		if err := deps.Consume(ib, logger, reg); err != nil {
 			return nil, err
 		}
 		srv.Ready(api.NewHandler(api.New(store.New(pool), logger), logger, reg, checks...))
 		logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
 			slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
-		return func(ctx context.Context) error {
-			if err := sub.Run(ctx); err != nil {
-				return fmt.Errorf("consumer: %w", err)
-			}
-			return nil
-		}, nil
+		return deps.Run, nil // consume until ctx ends
 	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
