@@ -43,13 +43,13 @@ type orderStatusResponse struct {
 }
 
 // shipmentResponse is the body of GET /shipments/{order_id}; times are RFC 3339
-// in UTC with milliseconds (httpx.TimeFormat).
+// in UTC with milliseconds (httpx.WriteJSON writes them in httpx.TimeFormat).
 type shipmentResponse struct {
-	ID        uuid.UUID  `json:"id"`
-	OrderID   uuid.UUID  `json:"order_id"`
-	Status    string     `json:"status"`
-	CreatedAt httpx.Time `json:"created_at"`
-	UpdatedAt httpx.Time `json:"updated_at"`
+	ID        uuid.UUID `json:"id"`
+	OrderID   uuid.UUID `json:"order_id"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 func (a *API) getOrderStatus(w http.ResponseWriter, r *http.Request) error {
@@ -78,8 +78,8 @@ func (a *API) getShipment(w http.ResponseWriter, r *http.Request) error {
 		ID:        sh.ID,
 		OrderID:   sh.OrderID,
 		Status:    string(sh.Status),
-		CreatedAt: httpx.Time(sh.CreatedAt),
-		UpdatedAt: httpx.Time(sh.UpdatedAt),
+		CreatedAt: sh.CreatedAt,
+		UpdatedAt: sh.UpdatedAt,
 	})
 	return nil
 }
