@@ -102,7 +102,9 @@ func (s Service) purgeInbox(ctx context.Context, getenv func(string) string, old
 
 // DLQCommand is `<name> dlq list|show|replay|drop ...` (package dlq) on the
 // service's dead-letter queue, with INBOX_MIN_RETENTION as the horizon past which
-// replay refuses a message; dlq.Run states its guarantees and errors.
+// replay refuses a message, and the consumer's own check of a delivery
+// (dlq.ContractCheck): replay, --dry-run included, refuses a message the consumer
+// would dead-letter again, and says why. dlq.Run states its guarantees and errors.
 func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer) cli.Command {
 	c := s.contract()
 	return cli.Command{
@@ -117,9 +119,14 @@ func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer
 			if err != nil {
 				return err
 			}
+			validator, err := contracts.NewValidator()
+			if err != nil {
+				return err
+			}
 			return dlq.Run(ctx, dlq.Config{
 				Consumer: s.Name, Queue: c.Queue, DeadLetterQueue: c.DeadLetterQueue,
 				DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
+				Check:  dlq.ContractCheck(validator, c),
 				Logger: logging.New(stderr, cfg.LogLevel, s.Name+"-dlq"),
 				Env:    func(env *config.Env) { s.LoadDLQConfig(env) },
 			}, args, stdout, stderr)
