@@ -180,7 +180,7 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		defer func() { _ = conn.Close() }()
 		broker.Store(conn)
 		// One publisher (one channel) per partition led; the relay closes it.
-		newPublisher := func() outbox.Publisher { return amqp.NewPublisher(conn, topo.Exchange) }
+		newPublisher := func() outbox.Publisher { return outbox.AMQPPublisher(amqp.NewPublisher(conn, topo.Exchange)) }
 		r, err := outbox.NewRelay(pool, newPublisher, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
 		if err != nil {
 			return err
