@@ -52,6 +52,7 @@ func (e *env) measureLatency(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", vhost, err)
 		}
 		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(run.lat), s.LatencyRate)
+		e.progress("   %s", run.cpu)
 		for _, p := range []struct {
 			name string
 			q    float64
@@ -103,6 +104,16 @@ func (e *env) measureMaxRate(ctx context.Context) error {
 		}
 		p50, p99 := percentile(run.lat, 0.5), percentile(run.lat, 0.99)
 		e.progress("   %5d orders/s: p50 %.1f ms, p99 %.1f ms (placing kept %.0f%% of the schedule)", rate, p50, p99, 100*run.onTime)
+		e.progress("     %s", run.cpu)
+		note := fmt.Sprintf("%d orders at %d/s", len(run.lat), rate)
+		e.results.set(rateName(rate, "p50"), p50, note+", POST place -> reservation committed")
+		e.results.set(rateName(rate, "p99"), p99, note+", POST place -> reservation committed")
+		for _, g := range cpuGroups {
+			e.results.set(rateName(rate, "cpu_"+g), run.cpu.perOrder(g), note+", CPU ms per order of "+g)
+		}
+		e.results.set(rateName(rate, "shop_cores"), run.cpu.cores("shop"), note+", CPU of the bench, the shop, PostgreSQL and RabbitMQ per second")
+		e.results.set(rateName(rate, "machine_busy_cores"), run.cpu.busyCores, note+", busy CPUs of the machine (/proc/stat), other work included")
+		e.results.set(rateName(rate, "idle_pct"), 100*run.cpu.idle, note+", idle share of the machine (/proc/stat)")
 		if p99 >= 100 || run.onTime < 0.9 {
 			break
 		}
@@ -120,6 +131,7 @@ type latencyRun struct {
 	stages  map[string][]time.Duration // per stage but confirm, sorted
 	confirm []float64                  // relay confirm latency p50, p99 in ms; nil when unknown
 	onTime  float64                    // scheduled duration / time placing took (1 = kept the rate)
+	cpu     cpuUse                     // from the first measured placement to the last reservation
 }
 
 // percentile returns the nearest-rank q-quantile of sorted, in ms.
@@ -211,19 +223,35 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 		return run, fmt.Errorf("warm-up: %w", err)
 	}
 
+	admin, err := pgx.Connect(ctx, e.cfg.DatabaseURL)
+	if err != nil {
+		return run, err
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	probe := &cpuProbe{admin: admin, pids: map[string]int{"order_api": sys.OrderAPI.PID(), "relay": sys.Relay.PID(),
+		"stock": sys.Stock.PID(), "shipping": sys.Shipping.PID()}}
+	before, err := probe.snapshot(ctx)
+	if err != nil {
+		return run, fmt.Errorf("CPU before: %w", err)
+	}
+
 	measured := ids[warmupOrders:]
 	sent := make([]time.Time, len(measured))
 	answered := make([]time.Duration, len(measured))
 	errs := make(chan error, len(measured))
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(rate)
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	<-tick.C
 	start := time.Now()
 	for i, id := range measured {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			tick.Reset(d)
 			select {
 			case <-ctx.Done():
 				return run, ctx.Err()
-			case <-time.After(d):
+			case <-tick.C:
 			}
 		}
 		wg.Go(func() {
@@ -235,6 +263,7 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 		})
 	}
 	wg.Wait()
+	placing := time.Since(start)
 	close(errs)
 	for err := range errs {
 		return run, fmt.Errorf("%w; order API output:\n%s", err, tail(sys.OrderAPI.Output(), 4000))
@@ -242,7 +271,11 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	if err := w.waitFor(ctx, measured, 60*time.Second); err != nil {
 		return run, err
 	}
-	placing := time.Since(start)
+	after, err := probe.snapshot(ctx)
+	if err != nil {
+		return run, fmt.Errorf("CPU after: %w", err)
+	}
+	run.cpu = probe.use(before, after, len(measured))
 	run.lat = make([]time.Duration, len(measured))
 	for i, id := range measured {
 		run.lat[i] = w.at(id).Sub(sent[i])
