@@ -141,7 +141,7 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 		}
 		return nil
 	}, `UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
-		o.ID(), string(o.Status()), o.Version(), o.UpdatedAt(), before)
+		pgUUID(o.ID()), string(o.Status()), o.Version(), o.UpdatedAt(), before)
 	if err := t.s.writeEvents(ctx, tx, o); err != nil {
 		return err
 	}
@@ -169,9 +169,9 @@ func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) erro
 func insertOrder(tx *pipeTx, o *order.Order) {
 	tx.hold("insert order", nil,
 		`INSERT INTO orders (id, customer_id, status, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-		o.ID(), o.CustomerID(), string(o.Status()), o.Version(), o.CreatedAt(), o.UpdatedAt())
+		pgUUID(o.ID()), pgUUID(o.CustomerID()), string(o.Status()), o.Version(), o.CreatedAt(), o.UpdatedAt())
 	lines := o.Lines()
-	products := make([]uuid.UUID, len(lines))
+	products := make([][16]byte, len(lines))
 	quantities := make([]string, len(lines))
 	for i, l := range lines {
 		products[i], quantities[i] = l.ProductID, l.Quantity.String()
@@ -180,7 +180,7 @@ func insertOrder(tx *pipeTx, o *order.Order) {
 		INSERT INTO order_line (order_id, product_id, quantity, line_no)
 		SELECT $1, l.product_id, l.quantity::numeric, l.n - 1
 		FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS l(product_id, quantity, n)`,
-		o.ID(), products, quantities)
+		pgUUID(o.ID()), products, quantities)
 }
 
 // load reads one order and its lines in tx in one statement, locking the
@@ -198,10 +198,10 @@ func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.
 		status               string
 		version              int
 		createdAt, updatedAt time.Time
-		products             []uuid.UUID
+		products             [][16]byte
 		quantities           []string
 	)
-	err := tx.QueryRow(ctx, query, id).Scan(&customerID, &status, &version, &createdAt, &updatedAt, &products, &quantities)
+	err := tx.QueryRow(ctx, query, pgUUID(id)).Scan((*[16]byte)(&customerID), &status, &version, &createdAt, &updatedAt, &products, &quantities)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, order.ErrNotFound
 	}
@@ -217,10 +217,15 @@ func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.
 		if err != nil {
 			return nil, fmt.Errorf("read order lines: stored quantity: %w", err)
 		}
-		lines = append(lines, order.Line{ProductID: productID, Quantity: q})
+		lines = append(lines, order.Line{ProductID: uuid.UUID(productID), Quantity: q})
 	}
 	return order.FromDatabase(id, customerID, order.Status(status), version, lines, createdAt, updatedAt)
 }
+
+// pgUUID is id as pgx encodes it directly in the binary format; a uuid.UUID
+// itself goes through its driver.Valuer, a failed binary encoding and a text
+// retry on every statement.
+func pgUUID(id uuid.UUID) [16]byte { return id }
 
 // pipeTx is a transaction that holds back statements whose results the store
 // only checks, and sends them in one pipeline (one round trip to PostgreSQL)
