@@ -31,6 +31,7 @@
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
 //	-only LIST         run only these steps: broker,relay,consumer,latency,maxrate,growth
 //	-stock-env LIST    KEY=VALUE settings added to every bin/stock the bench starts (comma-separated)
+//	-cpuprofile FILE   write a CPU profile of the bench process itself (the load generator) to FILE
 //	-v                 show the warnings of the in-process relay
 package main
 
@@ -45,6 +46,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,9 +67,10 @@ func main() {
 }
 
 type options struct {
-	cfg   bench.Config
-	out   string
-	quick bool
+	cfg        bench.Config
+	out        string
+	quick      bool
+	cpuProfile string
 }
 
 func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) (options, error) {
@@ -94,6 +97,7 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 64)")
 	growth := fs.String("growth", "", "comma-separated table sizes of the growth runs (default 10000,100000,1000000)")
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this `file`")
 	stockEnv := fs.String("stock-env", "", "comma-separated KEY=VALUE settings added to every bin/stock the bench starts")
 	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))
 	if err := fs.Parse(args); err != nil {
@@ -167,6 +171,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	o, err := parse(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	start := time.Now()
 	results, runErr := bench.Run(ctx, o.cfg)

@@ -1,14 +1,17 @@
 package bench
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -208,6 +211,7 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	defer func() { stopWatch(); <-watchDone }()
 
 	c := newOrderClient(sys.OrderAPI.Addr)
+	defer c.close()
 	n := int(float64(rate) * duration.Seconds())
 	ids, err := c.createMany(ctx, warmupOrders+n, 8)
 	if err != nil {
@@ -371,17 +375,44 @@ func (w *watcher) waitFor(ctx context.Context, ids []string, limit time.Duration
 	}
 }
 
-// orderClient calls the order API with enough idle connections for the
-// bench's concurrency, so connection set-up does not add to the latency.
+// orderClient calls the order API over HTTP/1.1 keep-alive connections of its
+// own: the calling goroutine writes each request and reads its answer, so a
+// request costs no hand-off to net/http's two goroutines per connection (the
+// bench shares the machine's CPUs with the system it measures). Up to
+// maxIdleConns connections are kept for reuse; close closes them.
 type orderClient struct {
 	addr string
-	http *http.Client
+	idle chan *clientConn
+}
+
+// maxIdleConns is the number of connections an orderClient keeps open for
+// reuse, above the bench's concurrency, so connection set-up does not add to
+// the latency.
+const maxIdleConns = 256
+
+// requestTimeout bounds one request of an orderClient.
+const requestTimeout = 30 * time.Second
+
+type clientConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
 }
 
 func newOrderClient(addr string) *orderClient {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 256
-	return &orderClient{addr: addr, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &orderClient{addr: addr, idle: make(chan *clientConn, maxIdleConns)}
+}
+
+// close closes the idle connections.
+func (c *orderClient) close() {
+	for {
+		select {
+		case cc := <-c.idle:
+			_ = cc.conn.Close()
+		default:
+			return
+		}
+	}
 }
 
 // createMany creates n draft orders of one line with the given number of
@@ -443,19 +474,70 @@ func (c *orderClient) place(ctx context.Context, id string) error {
 	return nil
 }
 
+// do sends POST path with body (JSON, none when nil) and returns the answer's
+// status and body. A connection that fails is closed, never reused; the
+// request is not retried (a place is not idempotent without a key).
 func (c *orderClient) do(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
+	var cc *clientConn
+	select {
+	case cc = <-c.idle:
+	default:
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		}
+		cc = &clientConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
 	}
+	status, raw, keep, err := cc.roundTrip(ctx, c.addr, path, body)
+	if err != nil || !keep {
+		_ = cc.conn.Close()
+		if err != nil {
+			return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		}
+		return status, raw, nil
+	}
+	select {
+	case c.idle <- cc:
+	default:
+		_ = cc.conn.Close()
+	}
+	return status, raw, nil
+}
+
+// roundTrip writes one request and reads its answer within requestTimeout
+// (or until ctx ends). keep reports whether the connection can be reused.
+func (cc *clientConn) roundTrip(ctx context.Context, host, path string, body []byte) (status int, raw []byte, keep bool, err error) {
+	deadline := time.Now().Add(requestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := cc.conn.SetDeadline(deadline); err != nil {
+		return 0, nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cc.conn.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() { // ctx ended: the deadline may be cut short at any time
+			keep = false
+		}
+	}()
+	cc.w.WriteString("POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\n")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		cc.w.WriteString("Content-Type: application/json\r\n")
 	}
-	resp, err := c.http.Do(req)
+	cc.w.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
+	cc.w.Write(body)
+	if err := cc.w.Flush(); err != nil {
+		return 0, nil, false, errors.Join(err, ctx.Err())
+	}
+	resp, err := http.ReadResponse(cc.r, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		return 0, nil, false, errors.Join(err, ctx.Err())
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw, err
+	raw, err = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return 0, nil, false, errors.Join(err, ctx.Err())
+	}
+	return resp.StatusCode, raw, !resp.Close, nil
 }
