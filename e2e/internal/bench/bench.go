@@ -26,8 +26,9 @@ type Sizes struct {
 	// BrokerMessages is the number of persistent messages published per
 	// broker measurement.
 	BrokerMessages int
-	// BrokerBatch is the confirm window of one publisher: PublishBatch sends
-	// this many messages, then waits for their confirms.
+	// BrokerBatch is the confirm window of one publisher: it streams its
+	// messages with at most this many unconfirmed (half sent, then the half
+	// before confirmed), as the relay streams its batches.
 	BrokerBatch int
 	// BrokerPublishers is the number of parallel publishers (each on its own
 	// connection) of the second broker measurement; the first uses one.
