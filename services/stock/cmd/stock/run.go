@@ -139,11 +139,8 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		consumed atomic.Pointer[amqp.Consumer]
 	)
 	defer func() {
-		for _, c := range []*amqp.Connection{retry.Load(), broker.Load()} {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
+		// Both at once: stopped within one CloseTimeout whatever the broker does.
+		_ = amqp.CloseAll(retry.Load(), broker.Load())
 		if p := pool.Load(); p != nil {
 			p.Close()
 		}
