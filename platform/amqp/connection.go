@@ -29,6 +29,13 @@ var ErrClosed = errors.New("amqp: connection manager closed")
 // block has lasted.
 var ErrBlocked = errors.New("connection blocked by the broker")
 
+// DefaultCloseTimeout is Options.CloseTimeout's default: Close returns
+// within about this long whatever the broker does.
+const DefaultCloseTimeout = 5 * time.Second
+
+// dialTimeout bounds the TCP connect and the AMQP handshake of one attempt.
+const dialTimeout = 30 * time.Second
+
 // Options tunes a Connection. The zero value gives the defaults.
 type Options struct {
 	// MinBackoff is the first nominal wait between connection attempts
@@ -40,9 +47,13 @@ type Options struct {
 	// Name is shown as connection_name in the RabbitMQ tools and labels the
 	// connection's metric (optional).
 	Name string
-	// CloseTimeout bounds Close: the connection.close handshake gets this
-	// long before the socket is closed anyway, so that Close returns in time
-	// even when the broker reads nothing (default 5 s).
+	// CloseTimeout bounds Close (default DefaultCloseTimeout, 5 s): the
+	// connection.close handshake gets this long, then the socket is closed,
+	// which ends every write and call still waiting on it, so Close returns
+	// about CloseTimeout after it was called at the latest, whatever the
+	// broker does (it may read nothing: a resource alarm, a stalled
+	// network). While the broker blocks the connection the handshake cannot
+	// complete and the socket is closed at once.
 	CloseTimeout time.Duration
 	// RedeclareInterval is how often the topology is declared again while
 	// connected (default 5 s; negative: never), so that an entity deleted by
@@ -67,7 +78,7 @@ func (o Options) withDefaults() Options {
 		o.MaxBackoff = o.MinBackoff
 	}
 	if o.CloseTimeout <= 0 {
-		o.CloseTimeout = 5 * time.Second
+		o.CloseTimeout = DefaultCloseTimeout
 	}
 	if o.RedeclareInterval == 0 {
 		o.RedeclareInterval = 5 * time.Second
@@ -103,7 +114,8 @@ type Connection struct {
 
 	mu      sync.Mutex
 	conn    *amqp091.Connection // nil while disconnected
-	netConn net.Conn            // the socket under conn, for tests
+	netConn net.Conn            // the socket under conn
+	dialing net.Conn            // the socket of a connect in progress, for Close to cut
 	up      chan struct{}       // closed when conn becomes live; replaced on loss
 	lastErr error               // why the connection is down
 	closed  bool
@@ -167,10 +179,10 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	c.blocked = gauge
 	b := backoff.New(c.opts.MinBackoff, c.opts.MaxBackoff)
 	for {
-		conn, blocks, err := c.connect()
+		conn, sock, blocks, err := c.connect()
 		if err == nil {
 			c.wg.Add(1)
-			go c.watch(conn, blocks)
+			go c.watch(conn, sock, blocks)
 			if c.opts.RedeclareInterval > 0 {
 				c.wg.Add(1)
 				go c.redeclareEvery(c.opts.RedeclareInterval)
@@ -188,44 +200,118 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	}
 }
 
-// connect dials once, declares the topology and publishes the connection.
-// blocks receives the connection's connection.blocked notifications.
-func (c *Connection) connect() (conn *amqp091.Connection, blocks chan amqp091.Blocking, err error) {
-	var sock net.Conn
+// connect dials once, declares the topology and publishes the connection
+// and the socket under it. blocks receives the connection's
+// connection.blocked notifications. Close cuts a connect in progress: the
+// dial ends with Close, and Close closes the socket of a handshake or a
+// declaration under way.
+func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks chan amqp091.Blocking, err error) {
 	cfg := amqp091.Config{
 		Heartbeat:  10 * time.Second,
 		Locale:     "en_US",
 		Properties: amqp091.NewConnectionProperties(),
 		Dial: func(network, addr string) (net.Conn, error) {
-			conn, err := amqp091.DefaultDial(30*time.Second)(network, addr)
-			sock = conn
-			return conn, err
+			d := net.Dialer{Timeout: dialTimeout}
+			conn, err := d.DialContext(c.closing, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// As amqp091.DefaultDial: a deadline for the handshake, which
+			// the library clears once the connection is open.
+			if err := conn.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.closed {
+				_ = conn.Close()
+				return nil, ErrClosed
+			}
+			sock, c.dialing = conn, conn
+			return conn, nil
 		},
 	}
+	defer func() {
+		c.mu.Lock()
+		c.dialing = nil
+		c.mu.Unlock()
+	}()
 	if c.opts.Name != "" {
 		cfg.Properties.SetClientConnectionName(c.opts.Name)
 	}
 	conn, err = amqp091.DialConfig(c.url, cfg)
 	if err != nil {
 		c.setDown(err)
-		return nil, nil, fmt.Errorf("amqp dial %s: %w", config.MaskURL(c.url), err)
+		if c.isClosed() {
+			return nil, nil, nil, ErrClosed
+		}
+		return nil, nil, nil, fmt.Errorf("amqp dial %s: %w", config.MaskURL(c.url), err)
 	}
 	blocks = conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
 	if err := c.declare(conn); err != nil {
-		_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
+		c.shut(conn, sock, false)
 		c.setDown(err)
-		return nil, nil, err
+		if c.isClosed() {
+			return nil, nil, nil, ErrClosed
+		}
+		return nil, nil, nil, err
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
-		_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
-		return nil, nil, ErrClosed
+		c.mu.Unlock()
+		c.shut(conn, sock, false)
+		return nil, nil, nil, ErrClosed
 	}
 	c.conn, c.netConn, c.lastErr = conn, sock, nil
 	close(c.up)
-	return conn, blocks, nil
+	c.mu.Unlock()
+	return conn, sock, blocks, nil
+}
+
+// shut closes conn, whose socket is sock, and returns once the library has
+// released it, about CloseTimeout later at the latest (Options.CloseTimeout).
+// It sends connection.close and waits CloseTimeout for connection.close-ok,
+// then closes the socket: a write stuck on a socket the broker does not read
+// and every call waiting for an answer then fail, and the library shuts the
+// connection down. The library's own bound is not enough: CloseDeadline
+// sets a deadline on the socket, but every frame the broker sends (a
+// heartbeat, which it sends even while it reads nothing) moves the read
+// deadline 30 s on. When blocked, the broker reads nothing until its alarm
+// clears, so no close-ok can come: the socket is closed at once.
+//
+// Nothing published is lost by the cut: a message is only counted once the
+// broker confirmed it, and whatever was still in the socket is published
+// again by its caller (at least once, docs/architecture.md, rule 2).
+func (c *Connection) shut(conn *amqp091.Connection, sock net.Conn, blocked bool) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
+	}()
+	if !blocked {
+		t := time.NewTimer(c.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case <-closed:
+			return
+		case <-t.C:
+			c.logger.Warn("amqp connection.close not answered in time; closing the socket",
+				slog.Duration("close_timeout", c.opts.CloseTimeout))
+		}
+	}
+	if sock != nil {
+		_ = sock.Close()
+	}
+	<-closed
+}
+
+// isClosed reports whether Close has been called.
+func (c *Connection) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func (c *Connection) declare(conn *amqp091.Connection) error {
@@ -267,10 +353,11 @@ func (c *Connection) setDown(err error) {
 	c.lastErr = err
 }
 
-// watch waits for the loss of conn, then redials until it succeeds or the
-// Connection is closed; meanwhile it follows conn's blocked state. It is the
-// only long-lived goroutine a Connection owns.
-func (c *Connection) watch(conn *amqp091.Connection, blocks chan amqp091.Blocking) {
+// watch waits for the loss of conn (whose socket is sock), then redials
+// until it succeeds or the Connection is closed; meanwhile it follows conn's
+// blocked state. It is the only long-lived goroutine a Connection owns. On
+// Close it closes conn within CloseTimeout (see shut).
+func (c *Connection) watch(conn *amqp091.Connection, sock net.Conn, blocks chan amqp091.Blocking) {
 	defer c.wg.Done()
 	for {
 		lost := conn.NotifyClose(make(chan *amqp091.Error, 1))
@@ -278,8 +365,9 @@ func (c *Connection) watch(conn *amqp091.Connection, blocks chan amqp091.Blockin
 		for {
 			select {
 			case <-c.done:
+				blocked := c.blockedErr() != nil
 				c.setBlocked(false, "connection closed")
-				_ = conn.CloseDeadline(time.Now().Add(c.opts.CloseTimeout))
+				c.shut(conn, sock, blocked)
 				return
 			case b := <-blocks:
 				c.setBlocked(b.Active, b.Reason)
@@ -303,9 +391,9 @@ func (c *Connection) watch(conn *amqp091.Connection, blocks chan amqp091.Blockin
 			if backoff.Sleep(c.closing, b.NextBackOff()) != nil {
 				return // closed
 			}
-			next, nextBlocks, err := c.connect()
+			next, nextSock, nextBlocks, err := c.connect()
 			if err == nil {
-				conn, blocks = next, nextBlocks
+				conn, sock, blocks = next, nextSock, nextBlocks
 				c.logger.Info("amqp connection restored")
 				break
 			}
@@ -559,9 +647,12 @@ func brokenConnection(err error) bool {
 
 // Close closes the connection, stops reconnecting and waits for its
 // goroutines to end. It returns within about Options.CloseTimeout whatever
-// the broker does: the connection.close handshake is given that long, then
-// the socket is closed. Channels opened from it are closed with it. Calling
-// Close again returns ErrClosed.
+// the broker does: the connection.close handshake is given that long (none
+// while the broker blocks the connection), then the socket is closed, which
+// ends every write and call still waiting on it. A reconnect in progress is
+// cut at once. Channels opened from it are closed with it; nothing the
+// broker had not confirmed counts as published. Calling Close again returns
+// ErrClosed.
 func (c *Connection) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -570,11 +661,33 @@ func (c *Connection) Close() error {
 	}
 	c.closed = true
 	close(c.done)
-	c.stopClosing()
+	c.stopClosing() // ends a dial in progress
+	if c.dialing != nil {
+		// A handshake or a declaration under way: the connection would be
+		// closed as soon as it is up.
+		_ = c.dialing.Close()
+	}
 	c.mu.Unlock()
 	c.wg.Wait() // watch closed the connection, within CloseTimeout
 	c.bg.Wait() // so the calls left behind have returned
 	return nil
+}
+
+// CloseAll closes conns (nil ones are skipped) in parallel and returns when
+// every one is closed: within about the longest of their CloseTimeouts,
+// not their sum, so that a process with several connections still stops
+// within one CloseTimeout whatever the broker does. It returns their
+// errors joined (ErrClosed for one already closed).
+func CloseAll(conns ...*Connection) error {
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		if c != nil {
+			wg.Go(func() { errs[i] = c.Close() })
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // breakConnection closes the socket under the live connection, as a network

@@ -137,13 +137,11 @@ func (d *Deps) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the broker connections and the pool that were opened.
+// Close closes the broker connections that were opened, both at once, so
+// that they are done within one amqp.DefaultCloseTimeout whatever the
+// broker does, then the pool.
 func (d *Deps) Close() {
-	for _, c := range []*amqp.Connection{d.retry.Load(), d.broker.Load()} {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
+	_ = amqp.CloseAll(d.retry.Load(), d.broker.Load())
 	if p := d.pool.Load(); p != nil {
 		p.Close()
 	}

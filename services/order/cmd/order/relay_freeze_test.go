@@ -44,9 +44,10 @@ func TestMain(m *testing.M) {
 }
 
 // startChildRelay starts `order relay` with vars in a child process and
-// returns it, the base URL of its HTTP server and its logs; the test's end
-// wakes it (SIGCONT) and stops it (SIGTERM).
-func startChildRelay(t *testing.T, vars map[string]string) (*exec.Cmd, string, *relayLogs) {
+// returns it, the base URL of its HTTP server, its logs and a channel closed
+// when it has exited; the test's end wakes it (SIGCONT) and stops it
+// (SIGTERM).
+func startChildRelay(t *testing.T, vars map[string]string) (*exec.Cmd, string, *relayLogs, <-chan struct{}) {
 	t.Helper()
 	logs := &relayLogs{addr: make(chan string, 1)}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -58,8 +59,9 @@ func startChildRelay(t *testing.T, vars map[string]string) (*exec.Cmd, string, *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -72,13 +74,13 @@ func startChildRelay(t *testing.T, vars map[string]string) (*exec.Cmd, string, *
 	})
 	select {
 	case addr := <-logs.addr:
-		return cmd, "http://" + addr, logs
-	case err := <-exited:
-		t.Fatalf("child relay ended: %v\n%s", err, logs)
+		return cmd, "http://" + addr, logs, exited
+	case <-exited:
+		t.Fatalf("child relay ended: %v\n%s", waitErr, logs)
 	case <-time.After(60 * time.Second):
 		t.Fatalf("child relay did not listen:\n%s", logs)
 	}
-	return nil, "", nil
+	return nil, "", nil, nil
 }
 
 // metricValue reads one unlabelled sample from a /metrics page; -1 while
@@ -136,7 +138,7 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 
 	// The leader: a child process running `order relay` with the default
 	// lock settings.
-	cmd, leader, _ := startChildRelay(t, vars)
+	cmd, leader, _, _ := startChildRelay(t, vars)
 	waitFor(t, "the child leads", 30*time.Second, func() bool { return metricValue(t, leader, "relay_leader") == 1 })
 	insertOutboxRow(t, pool, time.Time{})
 	waitFor(t, "the leader publishes", 30*time.Second, func() bool { return unpublished(t, pool) == 0 })
@@ -201,7 +203,7 @@ func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) 
 		"RELAY_POLL_INTERVAL": "50ms",
 		"RELAY_BATCH_SIZE":    "2000",
 	}
-	cmd, leader, _ := startChildRelay(t, vars)
+	cmd, leader, _, _ := startChildRelay(t, vars)
 	waitFor(t, "the child leads", 30*time.Second, func() bool { return metricValue(t, leader, "relay_leader") == 1 })
 	got := collectOrders(t, amqpURL)
 
