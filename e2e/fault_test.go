@@ -344,8 +344,15 @@ func terminatedBackends(t *testing.T, r *fault.Rig) {
 
 // pausedListener freezes the order database's listener: the proxies of
 // the order API and both relays accept connections and hold every byte.
+// The leading relay gets SIGTERM while its database says nothing and must
+// exit within its bound (3 s for the batch and the lock session, 2 s for
+// the pool, docs/operations.md), well within a 30 s grace period.
 func pausedListener(t *testing.T, r *fault.Rig) {
 	underLoad(t, r, 20, 20, func(ctx context.Context) {
+		leader, err := r.Leader(ctx, faultSettle)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var removes []func()
 		for _, p := range []string{"order-pg", "relay-pg", "standby-pg"} {
 			remove, err := r.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
@@ -354,9 +361,18 @@ func pausedListener(t *testing.T, r *fault.Rig) {
 			}
 			removes = append(removes, remove)
 		}
-		time.Sleep(10 * time.Second)
+		time.Sleep(3 * time.Second)
+		took, err := r.Term(ctx, leader, 8*time.Second)
+		t.Logf("the leader relay shut down in %s while its database was frozen", took.Round(time.Millisecond))
+		if err != nil {
+			t.Error(err)
+		}
+		time.Sleep(7 * time.Second)
 		for _, remove := range removes {
 			remove()
+		}
+		if err := r.Restart(ctx, leader, faultSettle); err != nil {
+			t.Error(err)
 		}
 	})
 	ledger(t, r, nil)

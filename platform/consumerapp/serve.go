@@ -142,7 +142,5 @@ func (d *Deps) Run(ctx context.Context) error {
 // broker does, then the pool.
 func (d *Deps) Close() {
 	_ = amqp.CloseAll(d.retry.Load(), d.broker.Load())
-	if p := d.pool.Load(); p != nil {
-		p.Close()
-	}
+	pg.Close(d.pool.Load())
 }

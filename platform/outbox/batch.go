@@ -170,6 +170,8 @@ func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *part
 	// on shutdown, but it is bounded.
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout+2*finishTimeout)
 	defer cancel()
+	// When the relay stops, what is left gets stopTimeout.
+	defer context.AfterFunc(pubCtx, func() { time.AfterFunc(stopTimeout, cancel) })()
 
 	var last, marked int
 	var pubErr error

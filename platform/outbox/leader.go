@@ -306,7 +306,11 @@ func (r *Relay) coordinate(ctx context.Context, conn *pgx.Conn) error {
 		}
 		r.leading.Store(0)
 		r.m.leader.Set(0)
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		limit := finishTimeout
+		if ctx.Err() != nil {
+			limit = stopTimeout // the relay stops
+		}
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()

@@ -43,6 +43,12 @@ const (
 // publishing is over (marking and commit), and any single query.
 const finishTimeout = 10 * time.Second
 
+// stopTimeout bounds the database work left when the relay stops (marking
+// a confirmed prefix, the commit, closing the lock session), however the
+// database behaves: what it cannot mark in time is rolled back and
+// published again later (duplicates, never a loss).
+const stopTimeout = 3 * time.Second
+
 // maxErrorLen caps the last_error text stored on a row, in bytes.
 const maxErrorLen = 1000
 

@@ -41,6 +41,36 @@ func URLFromEnv(env *config.Env, key, def string) string {
 	return raw
 }
 
+// CloseTimeout bounds Close: how long a process that stops waits for its
+// pool's connections to close.
+const CloseTimeout = 2 * time.Second
+
+// Close closes pool (nil: nothing) and waits for it at most CloseTimeout.
+// pgxpool's own Close waits until every connection is closed, and a
+// connection that was cancelled mid-query first sends the server a cancel
+// request that can wait 15 s on a server that does not answer; a process
+// that stops must not wait for that (its grace period is shorter). What is
+// left of the pool is closed in the background, and with the process. It
+// returns whether the pool closed in time.
+func Close(pool *pgxpool.Pool) bool {
+	if pool == nil {
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	t := time.NewTimer(CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // NewPool parses databaseURL (a postgres:// URL or a key=value DSN), opens a
 // pool and pings the server once. It returns an error naming the database
 // when the URL is invalid or the server does not answer before ctx ends.

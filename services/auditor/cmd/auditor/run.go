@@ -70,7 +70,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	var pools []*pgxpool.Pool
 	defer func() {
 		for _, p := range pools {
-			p.Close()
+			pg.Close(p)
 		}
 	}()
 	var st atomic.Pointer[store.Store]

@@ -166,7 +166,7 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			}
 			return err
 		}
-		defer pool.Close()
+		defer pg.Close(pool)
 		db.Store(pool)
 
 		topo := relayTopology(cfg.DeclareQueues)

@@ -118,11 +118,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	}
 	reg := metrics.NewRegistry()
 	var pool atomic.Pointer[pgxpool.Pool]
-	defer func() {
-		if p := pool.Load(); p != nil {
-			p.Close()
-		}
-	}()
+	defer func() { pg.Close(pool.Load()) }()
 	check := httpx.Pending("postgres", &pool, (*pgxpool.Pool).Ping)
 	// Serve health, readiness and metrics while the database is awaited; the
 	// order routes join once it is connected.
