@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -155,4 +156,37 @@ func TestEnsureDatabaseAcceptsPoolSettings(t *testing.T) {
 	if got := pool.Config().MaxConns; got != 3 {
 		t.Fatalf("MaxConns = %d, want 3", got)
 	}
+}
+
+// Close closes a healthy pool at once, and gives up after CloseTimeout on
+// one whose connection is still acquired (a pool closes only when every
+// connection is back), instead of waiting for it.
+func TestCloseIsBounded(t *testing.T) {
+	if !pg.Close(nil) {
+		t.Fatal("Close(nil) = false")
+	}
+	pool, err := pg.NewPool(t.Context(), testkit.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pg.Close(pool) {
+		t.Fatal("a healthy pool did not close in time")
+	}
+
+	held, err := pg.NewPool(t.Context(), testkit.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := held.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if pg.Close(held) {
+		t.Fatal("a pool with a connection still acquired reported closed")
+	}
+	if took := time.Since(start); took < pg.CloseTimeout || took > pg.CloseTimeout+time.Second {
+		t.Fatalf("Close took %v, want about %v", took, pg.CloseTimeout)
+	}
+	conn.Release()
 }
