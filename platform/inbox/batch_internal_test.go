@@ -50,7 +50,7 @@ func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 		return env
 	}
 	fresh, stored, unhashed := envelope(), envelope(), envelope()
-	if _, err := ib.processOne(ctx, stored, mustMessage(t, stored), handlers); err != nil {
+	if _, err := ib.processOne(ctx, stored, mustMessage(t, stored), route{handlers: handlers}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key) VALUES ('c', $1)`, unhashed.EventID.String()); err != nil {
@@ -75,7 +75,7 @@ func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 	}
 	group := make([]*request, len(members))
 	for n, m := range members {
-		group[n] = &request{env: m.env, msg: mustMessage(t, m.env), handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+		group[n] = &request{env: m.env, msg: mustMessage(t, m.env), handlers: route{handlers: handlers}, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	}
 	ib.batch.commit(ctx, group)
 	for n, r := range group {
