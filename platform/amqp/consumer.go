@@ -424,9 +424,10 @@ func (c *Consumer) session(ctx, hctx context.Context) (subscribed bool, err erro
 
 	stop := make(chan struct{})
 	unavailable := make(chan error, 1)
+	acks := newAcker(ch)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { c.work(hctx, stop, deliveries, unavailable) })
+		wg.Go(func() { c.work(hctx, stop, deliveries, acks, unavailable) })
 	}
 	c.setReady(nil)
 
@@ -466,8 +467,9 @@ func (c *Consumer) cancel(ch *amqp091.Channel, tag string) {
 // work handles deliveries until stop is closed or the subscription ends.
 // It takes no new delivery once stop is closed. A delivery that failed for
 // an unavailable dependency is left unsettled and its cause sent to
-// unavailable (if that is free), which pauses the session.
-func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery, unavailable chan<- error) {
+// unavailable (if that is free), which pauses the session. Every delivery is
+// settled through acks, which acknowledges contiguous runs together.
+func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery, acks *acker, unavailable chan<- error) {
 	for {
 		select {
 		case <-stop:
@@ -481,6 +483,7 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 			if !ok {
 				return
 			}
+			d.Acknowledger = acks
 			if cause := c.process(ctx, &d); cause != nil {
 				select {
 				case unavailable <- cause:
