@@ -85,7 +85,9 @@ type eventFailure struct {
 	err   error
 }
 
-func (e *eventFailure) Error() string { return fmt.Sprintf("event %d of the group: %v", e.index, e.err) }
+func (e *eventFailure) Error() string {
+	return fmt.Sprintf("event %d of the group: %v", e.index, e.err)
+}
 func (e *eventFailure) Unwrap() error { return e.err }
 
 // Errors returned by Process before any transaction is opened. An event that fails with
