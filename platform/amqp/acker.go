@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"runtime"
 	"sync"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -9,7 +10,8 @@ import (
 // acker settles the deliveries of one channel, acknowledging them in runs:
 // an ack marks its delivery done, and the contiguous run of done deliveries
 // from the oldest unsettled one is acknowledged with one basic.ack
-// (multiple=true) up to its last delivery tag. An ack is therefore never sent
+// (multiple=true) naming its last acked delivery tag (a rejected one is no
+// longer the broker's to acknowledge, and it refuses to be named). An ack is therefore never sent
 // past a delivery that is still being handled, or that was left unsettled
 // (a dependency was unavailable): such a delivery, and every one after it,
 // goes back to the queue when the channel closes, to be delivered again
@@ -17,9 +19,10 @@ import (
 // Nacks and rejects are sent at once, each for its own delivery.
 //
 // Many acks that become due together (the deliveries of one group commit)
-// go out as one frame: the goroutine that sends keeps sending until no
+// go out as one frame: the goroutine that sends first yields once, so the
+// others woken with it mark their deliveries, and keeps sending until no
 // newer run is due, while the others only mark their delivery and return.
-// A lone delivery is acked at once, as before. The broker sees one ack frame
+// A lone delivery is acked at once. The broker sees one ack frame
 // per run instead of one per delivery (for a quorum queue, one settle
 // command in its log).
 //
@@ -103,6 +106,11 @@ func (a *acker) flush(tag uint64) error {
 		return nil
 	}
 	a.sending = true
+	// Let the goroutines woken with this one (the other members of a group
+	// commit) mark their deliveries first: one ack then covers them all.
+	a.mu.Unlock()
+	runtime.Gosched()
+	a.mu.Lock()
 	var err error
 	for a.due > a.sent {
 		upTo := a.due
