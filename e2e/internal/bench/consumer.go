@@ -25,7 +25,9 @@ import (
 // measureConsumer measures, for DefaultWorkers and then TunedWorkers: the
 // raw database limit with that many workers, then the real stock consumer
 // (bin/stock serve with STOCK_WORKERS set) draining ConsumerEvents placed
-// events, each on a fresh stock database and the consumer on a fresh vhost.
+// events, each on a fresh stock database and the consumer on a fresh vhost;
+// then the consumer at its default settings (no STOCK_* variable), which is
+// compared with the better raw run.
 func (e *env) measureConsumer(ctx context.Context) error {
 	s := e.cfg.Sizes
 	for _, run := range []struct {
@@ -68,15 +70,35 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		e.results.set(cpuStockName(run.workers), stockCPU.ms(), "CPU per event: "+stockCPU.String())
 		e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuStockName(run.workers), stockCPU.ms(), stockCPU)
 	}
+	// The consumer at its defaults: no STOCK_* setting at all.
+	dbURL, err := e.cloneDatabase(ctx, tplStock, "consumer-defaults")
+	if err != nil {
+		return err
+	}
+	amqpURL, err := e.vhostURL("consumer-defaults")
+	if err != nil {
+		return err
+	}
+	rate, stockCPU, err := e.runStock(ctx, dbURL, amqpURL, 0, s.ConsumerEvents, nil)
+	if err2 := emptyVhost(amqpURL); err2 != nil {
+		e.progress("   %v", err2)
+	}
+	if err != nil {
+		return fmt.Errorf("stock consumer, default settings: %w", err)
+	}
+	e.results.set(consumerDefaultsName, rate, fmt.Sprintf("bin/stock with no STOCK_* setting, %d queued placed events of one line", s.ConsumerEvents))
+	e.progress("   %-28s %10.0f events/s", consumerDefaultsName, rate)
+	e.results.set(cpuStockDefaultsName, stockCPU.ms(), "CPU per event: "+stockCPU.String())
+	e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuStockDefaultsName, stockCPU.ms(), stockCPU)
+
 	// The ceiling of a one-transaction-per-event consumer is the better of the
 	// two raw runs; the consumer is measured at its default settings.
-	consumer, _ := e.results.get(consumerName(s.DefaultWorkers))
 	raw1, _ := e.results.get(rawDBName(s.DefaultWorkers))
 	raw2, _ := e.results.get(rawDBName(s.TunedWorkers))
 	if ceiling := max(raw1, raw2); ceiling > 0 {
-		e.results.set("stock_consumer_vs_db_ceiling", consumer/ceiling, fmt.Sprintf(
-			"%s at the defaults / the better of %s and %s", consumerName(s.DefaultWorkers), rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
-		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", consumer/ceiling)
+		e.results.set("stock_consumer_vs_db_ceiling", rate/ceiling, fmt.Sprintf(
+			"%s / the better of %s and %s", consumerDefaultsName, rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
+		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", rate/ceiling)
 	}
 	return e.measureTracedConsumer(ctx)
 }
@@ -220,7 +242,7 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 
 // runStock queues n placed events (one line each) on stock.events of the
 // vhost at amqpURL, then starts bin/stock serve with STOCK_WORKERS=workers
-// on the database at dbURL and waits until it has processed all of them.
+// (unset when workers is 0: its default) on the database at dbURL and waits until it has processed all of them.
 // The rate is taken from the processed_at times of the new processed_event
 // keys, (n-1) / (last - first), so the process's start-up does not count.
 func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int, tracing []string) (float64, cpuSplit, error) {
@@ -249,11 +271,13 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 			"STOCK_DATABASE_URL=" + dbURL,
 			"AMQP_URL=" + amqpURL,
 			"HTTP_ADDR=" + addr,
-			"STOCK_WORKERS=" + strconv.Itoa(workers),
 			"LOG_LEVEL=warn",
 			"OTEL_SDK_DISABLED=" + strconv.FormatBool(tracing == nil),
 		},
 		Addr: addr,
+	}
+	if workers > 0 {
+		p.Env = append(p.Env, "STOCK_WORKERS="+strconv.Itoa(workers))
 	}
 	p.Env = append(p.Env, e.cfg.StockEnv...)
 	p.Env = append(p.Env, tracing...)

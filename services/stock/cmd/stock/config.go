@@ -24,10 +24,10 @@ const (
 //	AMQP_URL                RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR               HTTP listen address (default :8082)
 //	LOG_LEVEL               debug, info, warn or error (default info)
-//	STOCK_WORKERS           deliveries handled at once (default 32)
+//	STOCK_WORKERS           deliveries handled at once (default 256)
 //	STOCK_PREFETCH          deliveries the broker sends ahead (default 4 * STOCK_WORKERS)
 //	STOCK_INBOX_GROUP       most events committed in one transaction (inbox.WithGroupCommit;
-//	                        default 16, 1 = off): one WAL flush commits many reservations
+//	                        default 128, 1 = off): one WAL flush commits many reservations
 //	STOCK_INBOX_TX          inbox transactions at once when grouping (default 2)
 //	STOCK_MAX_ATTEMPTS      deliveries of a failing event before it is dead-lettered (default 5)
 //	STOCK_RETRY_DELAYS      comma-separated delay per retry level, whole milliseconds >= 1ms
@@ -60,8 +60,8 @@ func loadServeConfig(env *config.Env) serveConfig {
 		AMQPURL:           amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:          env.String("HTTP_ADDR", defaultHTTPAddr),
 		LogLevel:          logging.LevelFromEnv(env),
-		Workers:           env.PositiveInt("STOCK_WORKERS", 32),
-		InboxGroup:        env.PositiveInt("STOCK_INBOX_GROUP", 16),
+		Workers:           env.PositiveInt("STOCK_WORKERS", 256),
+		InboxGroup:        env.PositiveInt("STOCK_INBOX_GROUP", 128),
 		InboxTx:           env.PositiveInt("STOCK_INBOX_TX", 2),
 		MaxAttempts:       env.PositiveInt("STOCK_MAX_ATTEMPTS", 5),
 		RetryDelays:       retryDelays(env, "STOCK_RETRY_DELAYS"),

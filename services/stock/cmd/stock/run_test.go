@@ -238,8 +238,8 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/stock?sslmode=disable" || c.AMQPURL != config.DefaultAMQPURL ||
-		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 32 || c.Prefetch != 128 ||
-		c.InboxGroup != 16 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
+		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 256 || c.Prefetch != 1024 ||
+		c.InboxGroup != 128 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
 		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.poolSize() != 6 {
 		t.Errorf("defaults = %+v", c)
 	}
