@@ -161,7 +161,11 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // acknowledgements. Each delivery is settled exactly once, on the channel
 // it came from, after its handler returned:
 //
-//   - nil: ack.
+//   - nil: ack. The acks of a contiguous run of settled deliveries go out
+//     as one basic.ack with multiple set, naming the last acked one, and
+//     never past a delivery that is still being handled or was left
+//     unsettled: after a crash it and every later delivery come back
+//     (docs/architecture.md, rule 3).
 //   - an error wrapping ErrPermanent: dead-lettered at once. With
 //     DeadLetterQueue set, OnDeadLetter records it, a copy (body and
 //     properties intact, headers x-last-error, x-attempt and
