@@ -61,7 +61,7 @@ chaos: build
 
 ## up: the whole system in Docker (needs a Docker engine)
 up:
-	docker compose up -d --build
+	VERSION=$(VERSION) docker compose up -d --build
 
 down:
 	docker compose down -v

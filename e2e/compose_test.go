@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"net"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -225,4 +226,69 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestImageStampsVersion: the image is built as `make build` builds bin/, so that
+// `<binary> --version` in a container names the release: deploy/Dockerfile takes
+// VERSION as a build argument into the Makefile's -X flag, docker-compose.yml passes
+// it to every shop image it builds, `make up` sets it, and the Dockerfile copies
+// the go.mod of every module go.work names (the workspace loads none without all).
+func TestImageStampsVersion(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	makefile, dockerfile := read("Makefile"), read("deploy/Dockerfile")
+
+	m := regexp.MustCompile(`(?m)^LDFLAGS\s*:=.*-X\s+(\S+)=\$\(VERSION\)`).FindStringSubmatch(makefile)
+	if m == nil {
+		t.Fatal("Makefile: no LDFLAGS line with -X <name>=$(VERSION): the check reads nothing")
+	}
+	if !regexp.MustCompile(`(?m)^ARG VERSION\b`).MatchString(dockerfile) {
+		t.Error("deploy/Dockerfile declares no ARG VERSION")
+	}
+	build := regexp.MustCompile(`(?s)RUN[^\n]*(?:\\\n[^\n]*)*go build[^\n]*`).FindString(dockerfile)
+	if want := "-X " + m[1] + "=${VERSION}"; !strings.Contains(build, want) {
+		t.Errorf("deploy/Dockerfile builds with %q, want the Makefile's %s", build, want)
+	}
+	if !regexp.MustCompile(`(?m)^up:\n\tVERSION=\$\(VERSION\) docker compose`).MatchString(makefile) {
+		t.Error("Makefile: `make up` does not pass VERSION to docker compose")
+	}
+	for _, mod := range regexp.MustCompile(`(?m)^\s+\./(\S+)$`).FindAllStringSubmatch(read("go.work"), -1) {
+		if !strings.Contains(dockerfile, "COPY "+mod[1]+"/go.* "+mod[1]+"/") {
+			t.Errorf("deploy/Dockerfile does not copy %s/go.* before go mod download", mod[1])
+		}
+	}
+
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithProfiles([]string{"*"}),
+		cli.WithEnv([]string{"VERSION=v9.9.9-test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := 0
+	for name, svc := range project.Services {
+		if svc.Build == nil || !strings.HasSuffix(svc.Build.Dockerfile, "deploy/Dockerfile") {
+			continue
+		}
+		built++
+		if v := svc.Build.Args["VERSION"]; v == nil || *v != "v9.9.9-test" {
+			t.Errorf("service %s builds the image without VERSION from the environment (args %v)", name, svc.Build.Args)
+		}
+	}
+	if built == 0 {
+		t.Fatal("no service builds deploy/Dockerfile: the check checked nothing")
+	}
 }

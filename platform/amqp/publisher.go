@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -99,91 +97,14 @@ func NewPublisher(conn *Connection, exchange string) *Publisher {
 // Exchange returns the exchange the Publisher publishes to.
 func (p *Publisher) Exchange() string { return p.exchange }
 
-// PublishBatch publishes msgs in order, pipelined: it sends every message
-// without waiting, then waits for the broker's confirms in order.
-// confirmTimeout bounds the whole call, including opening a channel when the
-// connection is being re-established; <= 0 means no bound but ctx.
-//
-// confirmed is the length of the longest prefix of msgs that the broker
-// acked and did not return; those messages are safely stored. When
-// confirmed < len(msgs), err is a *PublishError naming msgs[confirmed]: a
-// nack, a return, the timeout, a blocked connection (ErrBlocked), a closed
-// channel or connection or the end of ctx. Messages after the prefix may or
-// may not have reached a queue, so callers publish them again (at least
-// once, never lost).
-//
-// When the broker closes the channel with 404 NOT_FOUND (the exchange was
-// deleted), the call declares the Connection's topology again (exchange,
-// alternate exchange, unroutable queue, and the queues and bindings it
-// names) and publishes the unconfirmed rest once more, within the same
-// confirmTimeout.
-//
-// No call waits past confirmTimeout (or ctx): while the broker blocks the
-// connection (memory or disk alarm) nothing is sent and the call fails with
-// an error wrapping ErrBlocked and the broker's reason when the time is up;
-// a block that starts mid-call makes it fail with ErrConfirmTimeout wrapped
-// together with ErrBlocked. Writes and the channel's close left unfinished
-// complete in the background when the broker reads again or the connection
-// closes.
-func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTimeout time.Duration) (confirmed int, err error) {
-	now := time.Now().UTC()
-	return p.publishRepairing(ctx, len(msgs), func(i int) (string, amqp091.Publishing) {
-		m := &msgs[i]
-		ts := m.Timestamp
-		if ts.IsZero() {
-			ts = now
-		}
-		return m.RoutingKey, amqp091.Publishing{
-			Headers:       m.Headers,
-			ContentType:   "application/json",
-			DeliveryMode:  amqp091.Persistent,
-			MessageId:     m.MessageID,
-			CorrelationId: m.CorrelationID,
-			Timestamp:     ts,
-			Type:          m.Type,
-			Body:          m.Body,
-		}
-	}, confirmTimeout)
-}
-
 // publishRaw publishes one prepared message to key and waits for its
 // confirm; used by the consumer to move a delivery to a retry queue.
 func (p *Publisher) publishRaw(ctx context.Context, key string, msg amqp091.Publishing, confirmTimeout time.Duration) error {
-	_, err := p.publish(ctx, 1, func(int) (string, amqp091.Publishing) { return key, msg }, confirmTimeout)
+	s := p.Stream(ctx, confirmTimeout)
+	defer s.Close()
+	s.sendRaw(key, msg)
+	_, err := s.Wait(1)
 	return err
-}
-
-// publishRepairing is publish, followed after a 404 NOT_FOUND (a missing
-// exchange) by a declaration of the topology and one more publish of the
-// unconfirmed rest, all within timeout.
-func (p *Publisher) publishRepairing(ctx context.Context, n int, at func(int) (string, amqp091.Publishing), timeout time.Duration) (int, error) {
-	start := time.Now()
-	confirmed, err := p.publish(ctx, n, at, timeout)
-	var pe *PublishError
-	if err == nil || !isNotFound(err) || !errors.As(err, &pe) {
-		return confirmed, err
-	}
-	left := time.Duration(0)
-	rctx := ctx
-	if timeout > 0 {
-		if left = timeout - time.Since(start); left <= 0 {
-			return confirmed, err
-		}
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, left)
-		defer cancel()
-	}
-	if derr := p.conn.Redeclare(rctx); derr != nil {
-		pe.Err = fmt.Errorf("%w (declaring the topology again failed: %w)", pe.Err, derr)
-		return confirmed, pe
-	}
-	p.conn.logger.WarnContext(ctx, "amqp exchange was missing; declared the topology again and publishing again",
-		slog.String("exchange", p.exchange), slog.Any("error", err))
-	more, err := p.publish(ctx, n-confirmed, func(i int) (string, amqp091.Publishing) { return at(confirmed + i) }, left)
-	if errors.As(err, &pe) {
-		pe.Index += confirmed
-	}
-	return confirmed + more, err
 }
 
 // isNotFound reports the broker's 404 NOT_FOUND (a missing exchange or
@@ -200,143 +121,6 @@ func (p *Publisher) Close() error {
 	defer p.mu.Unlock()
 	p.discard()
 	return nil
-}
-
-func (p *Publisher) publish(ctx context.Context, n int, at func(int) (string, amqp091.Publishing), timeout time.Duration) (int, error) {
-	if n == 0 {
-		return 0, nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-
-	callCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	fail := func(i int, err error) (int, error) {
-		p.discard()
-		_, m := at(i)
-		return i, &PublishError{Index: i, MessageID: m.MessageId, Err: err}
-	}
-	// ended names why callCtx ended: the caller's ctx, or the timeout (with
-	// the broker's block, if any, which is then the likely cause).
-	ended := func(what error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if blocked := p.conn.blockedErr(); blocked != nil {
-			return fmt.Errorf("%w (%v): %w", what, timeout, blocked)
-		}
-		return fmt.Errorf("%w (%v)", what, timeout)
-	}
-
-	// A blocked connection reads nothing: sending would only fill the socket.
-	if err := p.conn.waitUnblocked(callCtx); err != nil {
-		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			blocked := p.conn.blockedErr()
-			if blocked == nil { // unblocked just now
-				blocked = ErrBlocked
-			}
-			err = fmt.Errorf("waited %v: %w", timeout, blocked)
-		}
-		return fail(0, err)
-	}
-	ch, err := p.channel(callCtx)
-	if err != nil {
-		if callCtx.Err() != nil && !errors.Is(err, ErrClosed) {
-			err = ended(fmt.Errorf("open channel: %w", ErrConfirmTimeout))
-		}
-		return fail(0, err)
-	}
-	clear(p.returned)
-	p.drainReturns()
-
-	// The messages are sent by a goroutine of their own, because a write to
-	// a connection the broker has just blocked can wait until the alarm
-	// clears; the wait below never outlasts callCtx. Once this call has
-	// returned the sender sends nothing more, and its last write ends when
-	// the broker reads again or the connection closes.
-	//
-	// The sender also reads the clock before each message: a process that
-	// was frozen (SIGSTOP, a stalled VM) and wakes past the call's deadline
-	// sends nothing more, even before the wait below has noticed the
-	// deadline. A caller can rely on it: no message of this call leaves
-	// after its deadline (a relay's batch, docs/architecture.md, rule 2).
-	deadline, bounded := callCtx.Deadline()
-	sent := make(chan *amqp091.DeferredConfirmation, n)
-	var (
-		stop    atomic.Bool
-		sendErr error // written before sent is closed
-	)
-	defer stop.Store(true)
-	if !p.conn.background(func() {
-		defer close(sent)
-		for i := range n {
-			if stop.Load() {
-				return
-			}
-			if bounded && !time.Now().Before(deadline) {
-				sendErr = errPastDeadline
-				return
-			}
-			key, msg := at(i)
-			dc, err := ch.PublishWithDeferredConfirm(p.exchange, key, true, false, msg)
-			if err != nil {
-				sendErr = err
-				return
-			}
-			sent <- dc
-		}
-	}) {
-		return fail(0, ErrClosed)
-	}
-
-	// Wait for each message to be sent, then for its confirm, in order.
-	returns := p.returns
-	for i := range n {
-		var (
-			dc        *amqp091.DeferredConfirmation
-			next      = sent          // nil once message i is sent
-			confirmed <-chan struct{} // nil until then
-		)
-	wait:
-		for {
-			select {
-			case d, ok := <-next:
-				if !ok {
-					if sendErr == errPastDeadline {
-						return fail(i, ended(ErrConfirmTimeout))
-					}
-					return fail(i, p.closedErr(sendErr))
-				}
-				dc, next, confirmed = d, nil, d.Done()
-			case <-confirmed:
-				break wait
-			case r, ok := <-returns:
-				if !ok {
-					returns = nil
-					continue
-				}
-				p.recordReturn(r)
-			case <-callCtx.Done():
-				return fail(i, ended(ErrConfirmTimeout))
-			}
-		}
-		// The broker sends basic.return before the ack of the same message
-		// and the library hands it over before resolving the confirm, so
-		// any return for message i is in the buffer now.
-		p.drainReturns()
-		_, msg := at(i)
-		if !dc.Acked() {
-			return fail(i, p.closedErr(ErrNacked))
-		}
-		if reason, ok := p.returned[msg.MessageId]; ok {
-			return fail(i, fmt.Errorf("%w: %s", ErrReturned, reason))
-		}
-	}
-	return n, nil
 }
 
 // channel returns the open confirm-mode channel, opening one if needed.

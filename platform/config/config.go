@@ -213,3 +213,12 @@ func MaskURL(u string) string {
 	}
 	return parsed.Redacted()
 }
+
+// Load reads a command's configuration through getenv with read, which reads
+// every variable through one Env; the error is env.Err, naming every variable
+// that cannot be used (a *VarError each, joined).
+func Load[T any](getenv func(string) string, read func(*Env) T) (T, error) {
+	env := NewEnv(getenv)
+	c := read(env)
+	return c, env.Err()
+}

@@ -42,6 +42,10 @@ type Config struct {
 	ConfirmTimeout time.Duration
 	// Logger receives one line per dropped or replayed message.
 	Logger *slog.Logger
+	// Check, when set, is the consumer's own check of a delivery (ContractCheck):
+	// replay, --dry-run included, refuses without --force a message it fails, which
+	// the consumer would dead-letter again at once, and says why.
+	Check Check `json:"-"`
 
 	// Env, when set, reads the configuration the caller reads, so that each
 	// subcommand's --help lists the environment variables with their defaults.
@@ -123,7 +127,7 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 		Summary: "move messages back to the service's queue, x-attempt reset",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
-			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, or without an event_id")
+			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again")
 			fs.BoolVar(&all, "all", false, "every message")
 		},
 		Env: cfg.Env,
@@ -447,23 +451,32 @@ const (
 	VerdictDuplicate = "duplicate"
 	VerdictExpired   = "older than the inbox purge horizon"
 	VerdictNoEvent   = "no event_id"
+	VerdictInvalid   = "would dead-letter again"
 )
 
-func (s *session) verdict(ctx context.Context, m *Message) (string, error) {
+// verdict says what replaying m would do, in the order the consumer decides it:
+// no event_id, then the consumer's check (Config.Check, whose error is the reason
+// returned), then its inbox key, then the horizon.
+func (s *session) verdict(ctx context.Context, m *Message) (verdict, reason string, err error) {
 	if m.EventID == uuid.Nil {
-		return VerdictNoEvent, nil
+		return VerdictNoEvent, "", nil
+	}
+	if s.cfg.Check != nil {
+		if err := s.cfg.Check(m.Delivery); err != nil {
+			return VerdictInvalid, err.Error(), nil
+		}
 	}
 	dup, err := s.processed(ctx, m.EventID)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch {
 	case dup:
-		return VerdictDuplicate, nil
+		return VerdictDuplicate, "", nil
 	case !m.OccurredAt.IsZero() && time.Since(m.OccurredAt) > s.cfg.Horizon:
-		return VerdictExpired, nil
+		return VerdictExpired, "", nil
 	}
-	return VerdictApply, nil
+	return VerdictApply, "", nil
 }
 
 // processed reports whether the inbox holds the event's key: replaying it then
@@ -499,13 +512,13 @@ func (s *session) replay(ctx context.Context, stdout io.Writer, ids []string, dr
 				return keep, "", nil
 			}
 		}
-		v, err := s.verdict(ctx, m)
+		v, reason, err := s.verdict(ctx, m)
 		if err != nil {
 			return keep, "", err
 		}
 		verb, act := "replayed", move
 		switch {
-		case (v == VerdictExpired || v == VerdictNoEvent) && !force:
+		case (v == VerdictExpired || v == VerdictNoEvent || v == VerdictInvalid) && !force:
 			verb, act = "refused", keep
 			refused++
 		case dryRun:
@@ -520,6 +533,8 @@ func (s *session) replay(ctx context.Context, stdout io.Writer, ids []string, dr
 			note = fmt.Sprintf("%s (%s): its inbox key may be purged", v, s.cfg.Horizon)
 		case VerdictNoEvent:
 			note += ": not an event envelope, it will fail again"
+		case VerdictInvalid:
+			note += ": " + oneLine(reason, 200)
 		}
 		if verb == "refused" {
 			note += "; --force replays it"

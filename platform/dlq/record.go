@@ -54,13 +54,20 @@ type Identity struct {
 
 // Identify reads the identity of a message from its body (decoded loosely: a body
 // that fails its schema still has an event_id if it has one at all) and properties.
+// The members are read as the consumer's strict decoder reads them
+// (contracts.Validator.Decode): names match exactly, and a member given twice counts
+// with its last value; so the event_id it shows is the one the inbox keys on.
 func Identify(body []byte, messageID, typ string) Identity {
-	var env struct {
-		EventID    string `json:"event_id"`
-		EventName  string `json:"event_name"`
-		OccurredAt string `json:"occurred_at"`
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(body, &members) // an undecodable body keeps the zero values
+	member := func(name string) string {
+		var v string
+		_ = json.Unmarshal(members[name], &v) // a missing or non-string member is ""
+		return v
 	}
-	_ = json.Unmarshal(body, &env) // an undecodable body keeps the zero values
+	env := struct{ EventID, EventName, OccurredAt string }{
+		EventID: member("event_id"), EventName: member("event_name"), OccurredAt: member("occurred_at"),
+	}
 	id := Identity{EventName: env.EventName}
 	if id.EventName == "" {
 		id.EventName = typ

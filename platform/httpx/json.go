@@ -3,7 +3,6 @@ package httpx
 import (
 	"bytes"
 	"encoding"
-	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,10 +11,12 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/google/uuid"
 )
 
@@ -25,13 +26,15 @@ const MaxBodyBytes = 1 << 20
 
 // WriteJSON writes v as JSON with the given status code and Content-Type application/json.
 // A status without a body (204, 304) writes no body. If v cannot be marshalled, it writes a
-// 500 problem instead, without the marshalling error.
+// 500 problem instead, without the marshalling error. v is encoded as encoding/json
+// encodes it, but every time.Time (a member, a pointer, an element) is written in
+// TimeFormat: each API writes its instants one way, in UTC with milliseconds.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	if status == http.StatusNoContent || status == http.StatusNotModified {
 		w.WriteHeader(status)
 		return
 	}
-	body, err := stdjson.Marshal(v)
+	body, err := MarshalJSON(v)
 	if err != nil {
 		writeProblem(w, nil, KindInternal, "the response could not be encoded", nil)
 		return
@@ -40,6 +43,18 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// MarshalJSON is the encoding of WriteJSON: encoding/json's (jsonv1.DefaultOptionsV1,
+// MarshalJSON methods included), with every time.Time written in TimeFormat. Its
+// errors are encoding/json's.
+func MarshalJSON(v any) ([]byte, error) {
+	return json.Marshal(v, jsonv1.DefaultOptionsV1(), timeMarshalers)
+}
+
+// timeMarshalers writes a time.Time in TimeFormat.
+var timeMarshalers = json.WithMarshalers(json.MarshalToFunc(func(enc *jsontext.Encoder, t time.Time) error {
+	return enc.WriteToken(jsontext.String(FormatTime(t)))
+}))
 
 // DecodeJSON decodes the request body, one JSON value, into dst (a non-nil pointer),
 // strictly: member names match dst's json tags exactly (case-sensitive), a member named

@@ -236,6 +236,9 @@ func observe(logger *slog.Logger, m requestMetrics) func(http.Handler) http.Hand
 				case status >= 500:
 					level = slog.LevelError
 				}
+				if !logger.Enabled(r.Context(), level) {
+					return
+				}
 				logger.LogAttrs(r.Context(), level, "http request",
 					slog.String("request_id", middleware.GetReqID(r.Context())),
 					slog.String("method", r.Method),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/backoff"
@@ -37,11 +38,11 @@ func (r *Relay) lead(relayCtx, ctx context.Context, p *partition, lockPID uint32
 	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff)
 	single := false
 	for {
-		limit := r.cfg.BatchSize
+		limit, batches := r.cfg.BatchSize, batchesPerTx
 		if single {
-			limit = 1
+			limit, batches = 1, 1
 		}
-		n, pubFailed, err := r.publishBatch(ctx, relayCtx, pub, p, lockPID, limit)
+		n, pubFailed, err := r.publishBatch(ctx, relayCtx, pub, p, lockPID, limit, batches)
 		if ctx.Err() != nil {
 			return
 		}
@@ -134,21 +135,43 @@ func failureReason(err error) string {
 	return err.Error()
 }
 
-// publishBatch runs one cycle of partition p in one transaction: take the
-// partition's batch lock, check that lockPID still leads p, select up to
-// limit rows, publish them, mark the confirmed prefix, record the first
-// failure, commit (docs/architecture.md, rule 2). It returns the number of
-// rows selected, whether publishing failed (as opposed to the database),
-// and the batch's error, if any: errLockLost when the lock is gone,
-// errPartitionBusy when a former leader's batch is still open. ctx ends the
-// partition's work; publishing stops early only when pubCtx ends.
-func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *partition, lockPID uint32, limit int) (int, bool, error) {
+// batchesPerTx caps the batches one transaction of a partition publishes
+// and marks: a crash between a send and the commit publishes at most this
+// many batches again (duplicates, never a loss), and each commit makes the
+// marks visible (the backlog gauges, the auditor).
+const batchesPerTx = 8
+
+// publishBatch runs one transaction of partition p (docs/architecture.md,
+// rule 2): take the partition's batch lock, check that lockPID still leads
+// p, then publish the partition's rows in at most maxBatches batches of up
+// to limit rows, in (occurred_at, id) order, on one publishing stream, and
+// commit. The
+// batches are pipelined: the next batch is selected and sent while the
+// broker confirms the one before, and a batch is marked while the broker
+// confirms the one after it, so the broker and the database work at the
+// same time and the broker never waits for the relay between batches. The
+// first failure ends the transaction: the confirmed prefix is marked, the
+// failure recorded on the row that failed, nothing after it is marked (a
+// message sent after it is published again later), and the transaction
+// commits. A transaction starts a batch only while at least half of
+// ConfirmTimeout is left of its publishing deadline, and sends nothing
+// after that deadline (ConfirmTimeout after its stream opened). After a
+// failure the leader asks for one batch of one row: only the failing row
+// is sent until the broker takes it.
+//
+// It returns the number of rows in the last batch selected (limit when the
+// partition may have more), whether publishing failed (as opposed to the
+// database), and the transaction's error, if any: errLockLost when the
+// lock is gone, errPartitionBusy when a former leader's batch is still
+// open. ctx ends the partition's work (no new batch starts); publishing
+// stops early only when pubCtx ends.
+func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *partition, lockPID uint32, limit, maxBatches int) (int, bool, error) {
 	// Database work outlives ctx so that a confirmed prefix is still marked
 	// on shutdown, but it is bounded.
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout+2*finishTimeout)
 	defer cancel()
 
-	var n, marked int
+	var last, marked int
 	var pubErr error
 	var failedID string
 	err := pg.WithTx(txCtx, r.pool, func(tx pgx.Tx) error {
@@ -156,43 +179,69 @@ func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *part
 		if err != nil {
 			return err
 		}
-		n = len(msgs)
-		if n == 0 {
+		last = len(msgs)
+		if last == 0 {
 			return nil
 		}
-		r.m.batchSize.Observe(float64(n))
 		r.setBusy(p, time.Now())
-		spans := r.startSends(ctx, pub.Exchange(), msgs)
-		start := time.Now()
-		confirmed, err := pub.PublishBatch(pubCtx, msgs, r.cfg.ConfirmTimeout)
-		r.setBusy(p, time.Time{})
-		r.endSends(ctx, spans, msgs, confirmed, err)
-		if err == nil {
-			r.m.confirmLatency.Observe(time.Since(start).Seconds())
-		}
-
-		b := &pgx.Batch{}
-		if confirmed > 0 {
-			ids := make([]string, confirmed)
-			for i := range ids {
-				ids[i] = msgs[i].MessageID
+		defer r.setBusy(p, time.Time{})
+		deadline := time.Now().Add(r.cfg.ConfirmTimeout)
+		s := pub.Stream(pubCtx, r.cfg.ConfirmTimeout)
+		defer s.Close()
+		base := 0 // the stream's index of msgs[0]
+		cur := r.sendBatch(ctx, s, pub, msgs)
+		for batches := 1; ; batches++ {
+			// While the broker confirms msgs: select and send the next batch.
+			var next *inFlight
+			if last == limit && batches < maxBatches && ctx.Err() == nil &&
+				time.Until(deadline) > r.cfg.ConfirmTimeout/2 {
+				rows, err := r.selectAfter(txCtx, tx, p.n, msgs[len(msgs)-1], limit)
+				if err != nil {
+					cur.end(ctx, r, 0, nil)
+					return err
+				}
+				if len(rows) > 0 {
+					next = r.sendBatch(ctx, s, pub, rows)
+				}
 			}
-			b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])`, ids)
-		}
-		if err != nil && pubCtx.Err() == nil {
-			// A broker failure, not our shutdown: count it on the row that
-			// stopped the batch.
-			pubErr = r.explain(err)
-			failedID = msgs[confirmed].MessageID
-			b.Queue(recordFailureSQL, failedID, errorText(pubErr))
-		}
-		if b.Len() > 0 {
-			if err := tx.SendBatch(txCtx, b).Close(); err != nil {
-				return fmt.Errorf("mark %d published rows: %w", confirmed, err)
+			total, err := s.Wait(base + len(msgs))
+			confirmed := min(max(total-base, 0), len(msgs))
+			cur.end(ctx, r, confirmed, err)
+			stop := err != nil || confirmed < len(msgs) || next == nil
+			if stop && next != nil {
+				next.end(ctx, r, 0, nil)
 			}
+			// While the broker confirms next: mark msgs.
+			b := &pgx.Batch{}
+			if confirmed > 0 {
+				ids := make([]string, confirmed)
+				for i := range ids {
+					ids[i] = msgs[i].MessageID
+				}
+				b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])`, ids)
+			}
+			if err != nil && confirmed < len(msgs) && pubCtx.Err() == nil {
+				// A broker failure, not our shutdown: count it on the row that
+				// stopped the batch.
+				pubErr = r.explain(err)
+				failedID = msgs[confirmed].MessageID
+				b.Queue(recordFailureSQL, failedID, errorText(pubErr))
+			}
+			if b.Len() > 0 {
+				if err := tx.SendBatch(txCtx, b).Close(); err != nil {
+					if !stop {
+						next.end(ctx, r, 0, nil)
+					}
+					return fmt.Errorf("mark %d published rows: %w", confirmed, err)
+				}
+			}
+			marked += confirmed
+			if stop {
+				return nil
+			}
+			base += len(msgs)
+			msgs, last, cur = next.msgs, len(next.msgs), next
 		}
-		marked = confirmed
-		return nil
 	})
 	if pubErr != nil {
 		r.m.failures.Inc()
@@ -203,22 +252,81 @@ func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *part
 				r.logger.WarnContext(ctx, "outbox relay: could not record a failed publish", slog.String("event_id", failedID),
 					slog.Any("error", rerr), slog.Any("publish_error", pubErr))
 			}
-			return n, true, fmt.Errorf("outbox relay batch: %w (and the batch's transaction failed: %v)", pubErr, err)
+			return last, true, fmt.Errorf("outbox relay batch: %w (and the batch's transaction failed: %v)", pubErr, err)
 		}
 		r.m.published.Add(float64(marked))
-		return n, true, fmt.Errorf("outbox relay batch: %w", pubErr)
+		return last, true, fmt.Errorf("outbox relay batch: %w", pubErr)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return n, false, nil // shutdown or partition given back: not a failure
+			return last, false, nil // shutdown or partition given back: not a failure
 		}
 		if errors.Is(err, errLockLost) || errors.Is(err, errPartitionBusy) {
-			return n, false, err
+			return last, false, err
 		}
-		return n, false, fmt.Errorf("outbox relay batch: %w", err)
+		return last, false, fmt.Errorf("outbox relay batch: %w", err)
 	}
 	r.m.published.Add(float64(marked))
-	return n, false, nil
+	return last, false, nil
+}
+
+// inFlight is a batch sent on a stream and not yet confirmed, with its
+// send spans.
+type inFlight struct {
+	msgs  []amqp.Message
+	spans []trace.Span
+	start time.Time
+}
+
+// sendBatch starts the send spans of msgs and adds msgs to the stream.
+func (r *Relay) sendBatch(ctx context.Context, s Stream, pub Publisher, msgs []amqp.Message) *inFlight {
+	r.m.batchSize.Observe(float64(len(msgs)))
+	f := &inFlight{msgs: msgs, spans: r.startSends(ctx, pub.Exchange(), msgs), start: time.Now()}
+	s.Send(msgs)
+	return f
+}
+
+// end ends the batch's spans once the broker confirmed its first confirmed
+// messages and err (if any) stopped it at the next one, and records how
+// long a fully confirmed batch took.
+func (f *inFlight) end(ctx context.Context, r *Relay, confirmed int, err error) {
+	r.endSends(ctx, f.spans, f.msgs, confirmed, err)
+	if confirmed == len(f.msgs) {
+		r.m.confirmLatency.Observe(time.Since(f.start).Seconds())
+	}
+}
+
+// selectAfter locks and reads the next at most limit rows of partition
+// part after the row of after, in publishing order, within the
+// transaction that selected after (whose batch lock keeps every other
+// relay off the partition).
+func (r *Relay) selectAfter(ctx context.Context, tx pgx.Tx, part int, after amqp.Message, limit int) ([]amqp.Message, error) {
+	rows, err := tx.Query(ctx, `SELECT `+rowColumns+` FROM outbox
+		WHERE published_at IS NULL AND key_hash % $2 = $3 AND (occurred_at, id) > ($4, $5::uuid)
+		ORDER BY occurred_at, id
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED`, limit, r.keys.partitions, part, after.Timestamp, after.MessageID)
+	if err != nil {
+		return nil, fmt.Errorf("select outbox batch: %w", err)
+	}
+	return scanBatch(rows, limit)
+}
+
+// scanBatch reads the rows of a batch query into messages and closes rows.
+func scanBatch(rows pgx.Rows, limit int) ([]amqp.Message, error) {
+	defer rows.Close()
+	batch := make([]amqp.Message, 0, limit)
+	for rows.Next() {
+		var row row
+		if err := rows.Scan(row.scanArgs()...); err != nil {
+			return nil, fmt.Errorf("scan outbox row: %w", err)
+		}
+		batch = append(batch, message(row))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select outbox batch: %w", err)
+	}
+	return batch, nil
 }
 
 func (r *Relay) setBusy(p *partition, since time.Time) {
@@ -279,18 +387,9 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID ui
 	if err != nil {
 		return nil, fmt.Errorf("select outbox batch: %w", err)
 	}
-	batch := make([]amqp.Message, 0, limit)
-	for rows.Next() {
-		var row row
-		if err := rows.Scan(row.scanArgs()...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("scan outbox row: %w", err)
-		}
-		batch = append(batch, message(row))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select outbox batch: %w", err)
+	batch, err := scanBatch(rows, limit)
+	if err != nil {
+		return nil, err
 	}
 	var head string
 	switch err := br.QueryRow().Scan(&head); {

@@ -140,16 +140,36 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	return c, errors.Join(errs...)
 }
 
-// Publisher is what the relay publishes a batch through: amqp.Publisher,
-// one per partition led, so partitions publish in parallel on channels of
-// their own. PublishBatch has amqp.Publisher.PublishBatch's contract: the
-// confirmed prefix, the error that ended it, and no message sent after
-// confirmTimeout. Exchange names the exchange it publishes to, which
-// names the relay's send spans.
+// Publisher is what the relay publishes through: AMQPPublisher, one per
+// partition led, so partitions publish in parallel on channels of their
+// own. Stream opens a publishing session with amqp.Publisher.Stream's
+// contract (sends in order without waiting, confirms reported in order, no
+// message sent after timeout, the first failure ends it); Exchange names
+// the exchange it publishes to, which names the relay's send spans.
 type Publisher interface {
-	PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (confirmed int, err error)
+	Stream(ctx context.Context, timeout time.Duration) Stream
 	Exchange() string
 	Close() error
+}
+
+// Stream is one publishing session of a Publisher: amqp.Stream's Send, Wait
+// and Close. Wait returns the confirmed prefix of every message sent so far
+// and the error that ended it; a Wait that returns fewer than n with no
+// error ends the relay's transaction there, as a failure would, without
+// counting one.
+type Stream interface {
+	Send(msgs []amqp.Message)
+	Wait(n int) (confirmed int, err error)
+	Close()
+}
+
+// AMQPPublisher is the Publisher of an amqp.Publisher.
+func AMQPPublisher(p *amqp.Publisher) Publisher { return amqpPublisher{p} }
+
+type amqpPublisher struct{ *amqp.Publisher }
+
+func (p amqpPublisher) Stream(ctx context.Context, timeout time.Duration) Stream {
+	return p.Publisher.Stream(ctx, timeout)
 }
 
 // Relay publishes the outbox rows of one database to the broker

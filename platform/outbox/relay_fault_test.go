@@ -171,7 +171,7 @@ func TestRelayRecordsWhyTheBrokerIsUnreachable(t *testing.T) {
 	cfg := fastConfig()
 	cfg.ConfirmTimeout = 300 * time.Millisecond
 	reg := prometheus.NewRegistry()
-	r, err := NewRelay(pool, func() Publisher { return pub }, cfg, testLogger(t), reg, WithBrokerStatus(conn.Ready))
+	r, err := NewRelay(pool, func() Publisher { return AMQPPublisher(pub) }, cfg, testLogger(t), reg, WithBrokerStatus(conn.Ready))
 	if err != nil {
 		t.Fatal(err)
 	}

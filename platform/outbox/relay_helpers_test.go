@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"sync"
@@ -109,7 +110,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // newPublisher dials the broker (declaring topo) and returns a publisher
 // to its exchange.
-func newPublisher(t testing.TB, topo amqp.Topology) *amqp.Publisher {
+func newPublisher(t testing.TB, topo amqp.Topology) Publisher {
 	t.Helper()
 	pub, _ := newNamedPublisher(t, topo)
 	return pub
@@ -117,7 +118,7 @@ func newPublisher(t testing.TB, topo amqp.Topology) *amqp.Publisher {
 
 // newNamedPublisher is newPublisher that also returns the unique
 // connection name shown by the broker.
-func newNamedPublisher(t testing.TB, topo amqp.Topology) (*amqp.Publisher, string) {
+func newNamedPublisher(t testing.TB, topo amqp.Topology) (Publisher, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -131,7 +132,7 @@ func newNamedPublisher(t testing.TB, topo amqp.Topology) (*amqp.Publisher, strin
 	t.Cleanup(func() { _ = conn.Close() })
 	pub := amqp.NewPublisher(conn, topo.Exchange)
 	t.Cleanup(func() { _ = pub.Close() })
-	return pub, name
+	return AMQPPublisher(pub), name
 }
 
 // fastConfig reacts quickly, for tests.
@@ -163,44 +164,80 @@ func newTestRelay(t testing.TB, pool *pgxpool.Pool, pub Publisher, cfg RelayConf
 	return testRelay{Relay: r, reg: reg}
 }
 
-// hookedPublisher calls before with the size of each batch before
-// publishing it, and after with its confirmed count once it is published,
-// before the relay marks the rows.
+// hookedPublisher calls before with the size of each batch the relay
+// sends, and after with the confirmed count each Wait returns (counted
+// from the stream's first message), before the relay marks the rows.
 type hookedPublisher struct {
 	Publisher
 	before func(n int)
 	after  func(confirmed int)
 }
 
-func (h *hookedPublisher) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
-	if h.before != nil {
-		h.before(len(msgs))
+func (h *hookedPublisher) Stream(ctx context.Context, timeout time.Duration) Stream {
+	return hookedStream{h.Publisher.Stream(ctx, timeout), h}
+}
+
+type hookedStream struct {
+	Stream
+	h *hookedPublisher
+}
+
+func (s hookedStream) Send(msgs []amqp.Message) {
+	if s.h.before != nil {
+		s.h.before(len(msgs))
 	}
-	confirmed, err := h.Publisher.PublishBatch(ctx, msgs, confirmTimeout)
-	if h.after != nil {
-		h.after(confirmed)
+	s.Stream.Send(msgs)
+}
+
+func (s hookedStream) Wait(n int) (int, error) {
+	confirmed, err := s.Stream.Wait(n)
+	if s.h.after != nil {
+		s.h.after(confirmed)
 	}
 	return confirmed, err
 }
 
-// oneAtATime publishes each message of a batch alone and waits for its
-// confirm before the next: the slow baseline that pipelining replaces,
-// for the benchmark. confirmTimeout bounds the whole batch; when it is
-// spent the batch ends early without an error.
+// oneAtATime publishes each message alone and waits for its confirm
+// before the next: the slow baseline that pipelining replaces, for the
+// benchmark. The stream's timeout bounds it; when it is spent, Wait
+// returns the messages confirmed so far without an error, which ends the
+// relay's transaction there.
 type oneAtATime struct{ Publisher }
 
-func (o oneAtATime) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
-	deadline := time.Now().Add(confirmTimeout)
-	for i := range msgs {
-		left := time.Until(deadline)
+func (o oneAtATime) Stream(ctx context.Context, timeout time.Duration) Stream {
+	return &oneStream{pub: o.Publisher, ctx: ctx, deadline: time.Now().Add(timeout)}
+}
+
+type oneStream struct {
+	pub       Publisher
+	ctx       context.Context
+	deadline  time.Time
+	msgs      []amqp.Message
+	confirmed int
+}
+
+func (s *oneStream) Send(msgs []amqp.Message) { s.msgs = append(s.msgs, msgs...) }
+func (s *oneStream) Close()                   {}
+
+func (s *oneStream) Wait(n int) (int, error) {
+	for ; s.confirmed < min(n, len(s.msgs)); s.confirmed++ {
+		left := time.Until(s.deadline)
 		if left <= 0 {
-			return i, nil
+			return s.confirmed, nil
 		}
-		if _, err := o.Publisher.PublishBatch(ctx, msgs[i:i+1], left); err != nil {
-			return i, err
+		one := s.pub.Stream(s.ctx, left)
+		one.Send(s.msgs[s.confirmed : s.confirmed+1])
+		_, err := one.Wait(1)
+		one.Close()
+		if err != nil {
+			var pe *amqp.PublishError
+			if errors.As(err, &pe) {
+				pe.Index = s.confirmed
+			}
+			return s.confirmed, err
 		}
 	}
-	return len(msgs), nil
+	return s.confirmed, nil
 }
 
 // start runs r until the returned stop function is called (also at

@@ -17,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 )
@@ -523,5 +524,109 @@ func TestNewRelayConfig(t *testing.T) {
 	}
 	if _, err := NewRelay(nil, nil, RelayConfig{}, nil, reg); err == nil {
 		t.Fatal("second relay on one registry: no error")
+	}
+}
+
+// nackAt sends the batches of its Publisher's streams unchanged, except
+// the batch numbered batch (from 1) of the first stream, of which it sends
+// only the first at messages and then reports the next one nacked, as the
+// broker does when it refuses a message; it sends nothing after that.
+type nackAt struct {
+	Publisher
+	batch, at int
+	streams   atomic.Int32
+}
+
+func (f *nackAt) Stream(ctx context.Context, timeout time.Duration) Stream {
+	s := &nackStream{Stream: f.Publisher.Stream(ctx, timeout), failAt: -1}
+	if f.streams.Add(1) == 1 {
+		s.batch, s.at = f.batch, f.at
+	}
+	return s
+}
+
+type nackStream struct {
+	Stream
+	batch, at     int
+	batches, sent int
+	failAt        int // stream index of the refused message, -1 before
+	failID        string
+}
+
+func (s *nackStream) Send(msgs []amqp.Message) {
+	s.batches++
+	switch {
+	case s.failAt >= 0:
+		return
+	case s.batches == s.batch && len(msgs) > s.at:
+		s.failAt, s.failID = s.sent+s.at, msgs[s.at].MessageID
+		msgs = msgs[:s.at]
+	}
+	s.sent += len(msgs)
+	s.Stream.Send(msgs)
+}
+
+func (s *nackStream) Wait(n int) (int, error) {
+	if s.failAt < 0 || n <= s.failAt {
+		return s.Stream.Wait(n)
+	}
+	if confirmed, err := s.Stream.Wait(s.failAt); err != nil {
+		return confirmed, err
+	}
+	return s.failAt, &amqp.PublishError{Index: s.failAt, MessageID: s.failID, Err: amqp.ErrNacked}
+}
+
+// One transaction publishes several batches on one stream, the next one
+// sent while the one before is confirmed and marked; a failure in the
+// second batch marks the first batch and the second's confirmed prefix in
+// that transaction and records the failure on the refused row; the rest
+// follows later in order (here the refusing stream sends nothing after the
+// failure, so each message arrives once).
+func TestRelayPipelinesBatchesInATransactionAndStopsAtTheFirstFailure(t *testing.T) {
+	t.Parallel()
+	pool := newOutboxDB(t)
+	topo := testTopology(t)
+	in := consume(t, topo.Queues[0].Name)
+	const n, size, at = 45, 10, 3
+	for i := range n {
+		insertEvent(t, t.Context(), pool, contracts.EventOrderPlaced, fmt.Sprint(i))
+	}
+	want := orderedIDs(t, pool)
+
+	cfg := fastConfig()
+	cfg.BatchSize = size
+	cfg.PollInterval = 300 * time.Millisecond // the retry of the refused row comes well after the commit
+	pub := &nackAt{Publisher: newPublisher(t, topo), batch: 2, at: at}
+	start(t, newTestRelay(t, pool, pub, cfg))
+
+	// The first transaction: batch 1 and the prefix of batch 2, marked together.
+	first := receive(t, in, size+at)
+	eventually(t, "the failure recorded", func() bool {
+		var attempts int
+		if err := pool.QueryRow(t.Context(), `SELECT attempts FROM outbox WHERE id = $1`, want[size+at]).Scan(&attempts); err != nil {
+			t.Fatal(err)
+		}
+		return attempts == 1
+	})
+	var txs, marked int
+	if err := pool.QueryRow(t.Context(), `SELECT count(DISTINCT xmin::text), count(*) FROM outbox
+		WHERE id = ANY($1::uuid[]) AND published_at IS NOT NULL`, want[:size+at]).Scan(&txs, &marked); err != nil {
+		t.Fatal(err)
+	}
+	if txs != 1 || marked != size+at {
+		t.Errorf("the first %d rows: %d marked by %d transactions, want all by one", size+at, marked, txs)
+	}
+
+	got := append(first, receive(t, in, n-size-at)...)
+	for i, d := range got {
+		if d.MessageId != want[i] {
+			t.Fatalf("message %d is %s, want %s", i, d.MessageId, want[i])
+		}
+	}
+	eventually(t, "all rows marked", func() bool { return countUnpublished(t, pool) == 0 })
+	select {
+	case d := <-in:
+		t.Errorf("a message was sent twice: %s", d.MessageId)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

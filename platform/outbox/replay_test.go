@@ -199,12 +199,20 @@ func TestReplayRefusesABadPeriodAndOneBeyondTheHorizon(t *testing.T) {
 	for name, r := range map[string]ReplayRequest{
 		"reversed":         {Since: now, Until: now.Add(-time.Hour), Now: now},
 		"empty":            {Since: now, Until: now, Now: now},
-		"no since":         {Until: now, Now: now},
+		"no until":         {Since: now.Add(-time.Hour), Now: now},
 		"negative horizon": {Since: now.Add(-time.Hour), Until: now, Horizon: -time.Hour, Now: now},
 	} {
 		if err := r.Validate(); err == nil || errors.Is(err, ErrBeyondHorizon) {
 			t.Errorf("%s: %v, want a request error", name, err)
 		}
+	}
+	// The zero time is a time like any other: from the beginning, forced.
+	all := ReplayRequest{Until: now, Now: now, Force: true}
+	if err := all.Validate(); err != nil {
+		t.Fatalf("since the zero time, forced: %v", err)
+	}
+	if err := all.withoutForce().Validate(); !errors.Is(err, ErrBeyondHorizon) {
+		t.Fatalf("since the zero time: %v, want ErrBeyondHorizon", err)
 	}
 	// Replay validates before it touches the database (nil pool).
 	if _, err := Replay(t.Context(), nil, old.withoutForce()); err == nil || !strings.Contains(err.Error(), "horizon") {

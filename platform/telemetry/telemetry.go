@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -123,4 +124,20 @@ func newExporter(ctx context.Context, getenv func(string) string) (sdktrace.Span
 		return nil, fmt.Errorf("telemetry: OTLP exporter: %w", err)
 	}
 	return exp, nil
+}
+
+// Start is Setup for a long-running command that logs: the returned stop flushes
+// the spans left (bounded by ShutdownTimeout, also once ctx has ended) and logs a
+// warning "tracing: spans not flushed" on logger when the exporter fails. Errors
+// are Setup's.
+func Start(ctx context.Context, serviceName string, logger *slog.Logger) (stop func(), err error) {
+	shutdown, err := Setup(ctx, serviceName)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := shutdown(ctx); err != nil {
+			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
+		}
+	}, nil
 }

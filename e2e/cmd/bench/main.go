@@ -22,7 +22,8 @@
 //	-amqp URL          RabbitMQ broker (default $AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)
 //	-rate N            orders per second of the latency runs (default 200)
 //	-duration D        length of each latency run (default 30s)
-//	-rates LIST        rising rates of the search for the highest rate with p99 < 100 ms (default 200,...,1200)
+//	-rates LIST        rising rates of the search for the highest rate with p99 < 100 ms (default 200,250,...,400,500,...,1200);
+//	                   each rate's run prints its CPU ms per order by process and the machine's idle share
 //	-rate-duration D   length of each run of that search (default 10s)
 //	-relay-rows N      outbox rows of the relay comparison (default 50000)
 //	-consumer-events N events queued for each consumer run (default 20000)
@@ -30,6 +31,7 @@
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
 //	-only LIST         run only these steps: broker,relay,consumer,latency,maxrate,growth
 //	-stock-env LIST    KEY=VALUE settings added to every bin/stock the bench starts (comma-separated)
+//	-cpuprofile FILE   write a CPU profile of the bench process itself (the load generator) to FILE
 //	-v                 show the warnings of the in-process relay
 package main
 
@@ -44,6 +46,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,9 +67,10 @@ func main() {
 }
 
 type options struct {
-	cfg   bench.Config
-	out   string
-	quick bool
+	cfg        bench.Config
+	out        string
+	quick      bool
+	cpuProfile string
 }
 
 func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) (options, error) {
@@ -86,13 +90,14 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&o.cfg.AMQPURL, "amqp", env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	rate := fs.Int("rate", 0, "orders per second of the latency runs (default 200, quick 50)")
 	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 1s)")
-	rates := fs.String("rates", "", "comma-separated rising rates of the maxrate search (default 200,400,600,800,1000,1200)")
+	rates := fs.String("rates", "", "comma-separated rising rates of the maxrate search (default 200,250,300,350,400,500,600,800,1000,1200)")
 	rateDuration := fs.Duration("rate-duration", 0, "length of each run of the maxrate search (default 10s)")
 	relayRows := fs.Int("relay-rows", 0, "outbox rows of the relay comparison (default 50000)")
 	events := fs.Int("consumer-events", 0, "events queued for each consumer run (default 20000)")
 	tuned := fs.Int("tuned-workers", 0, "the second STOCK_WORKERS setting (default 64)")
 	growth := fs.String("growth", "", "comma-separated table sizes of the growth runs (default 10000,100000,1000000)")
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this `file`")
 	stockEnv := fs.String("stock-env", "", "comma-separated KEY=VALUE settings added to every bin/stock the bench starts")
 	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))
 	if err := fs.Parse(args); err != nil {
@@ -166,6 +171,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	o, err := parse(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	start := time.Now()
 	results, runErr := bench.Run(ctx, o.cfg)

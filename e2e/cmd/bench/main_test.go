@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,11 +54,24 @@ func TestQuickRun(t *testing.T) {
 	for _, r := range results {
 		got[r.Name] = r
 	}
-	for _, name := range bench.Names(bench.QuickSizes()) {
+	sizes := bench.QuickSizes()
+	required := 0
+	for _, name := range bench.Names(sizes) {
 		r, ok := got[name]
+		optional := bench.Optional(sizes, name)
+		if !optional {
+			required++
+		}
 		switch {
+		case !ok && optional:
+			// Measured only for the rates the maxrate search reached.
 		case !ok:
 			t.Errorf("latest.json has no %s", name)
+		case optional && r.Value < 0:
+			t.Errorf("%s = %v %s, want zero or more", name, r.Value, r.Unit)
+		case optional && r.Unit == "":
+			t.Errorf("%s has no unit", name)
+		case optional:
 		case name == "relay_order_violations" && r.Value != 0:
 			// A count of orders whose events reached the queue out of order.
 			t.Errorf("%s = %v: the relay broke the order of an order's events", name, r.Value)
@@ -71,8 +85,14 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s has baseline %s but ratio %v", name, r.Baseline, r.Ratio)
 		}
 	}
-	if len(results) != len(bench.Names(bench.QuickSizes())) {
-		t.Errorf("latest.json has %d results, want %d", len(results), len(bench.Names(bench.QuickSizes())))
+	if len(results) < required || len(results) > len(bench.Names(sizes)) {
+		t.Errorf("latest.json has %d results, want %d to %d", len(results), required, len(bench.Names(sizes)))
+	}
+	// The first rate of the search always runs: its CPU shares must be there,
+	// and the shop cannot have used no CPU at all.
+	first := fmt.Sprintf("maxrate_%d_", sizes.MaxRates[0])
+	if r, ok := got[first+"cpu_shop"]; !ok || !(r.Value > 0) {
+		t.Errorf("%scpu_shop = %v (present %v), want a positive CPU time per order", first, r.Value, ok)
 	}
 
 	svg, err := os.ReadFile(filepath.Join(out, "chart.svg"))

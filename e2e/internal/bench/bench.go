@@ -26,8 +26,9 @@ type Sizes struct {
 	// BrokerMessages is the number of persistent messages published per
 	// broker measurement.
 	BrokerMessages int
-	// BrokerBatch is the confirm window of one publisher: PublishBatch sends
-	// this many messages, then waits for their confirms.
+	// BrokerBatch is the confirm window of one publisher: it streams its
+	// messages with at most this many unconfirmed (half sent, then the half
+	// before confirmed), as the relay streams its batches.
 	BrokerBatch int
 	// BrokerPublishers is the number of parallel publishers (each on its own
 	// connection) of the second broker measurement; the first uses one.
@@ -86,7 +87,7 @@ func DefaultSizes() Sizes {
 		TunedWorkers:         64,
 		LatencyRate:          200,
 		LatencyDuration:      30 * time.Second,
-		MaxRates:             []int{200, 400, 600, 800, 1000, 1200},
+		MaxRates:             []int{200, 250, 300, 350, 400, 500, 600, 800, 1000, 1200},
 		MaxRateDuration:      10 * time.Second,
 		GrowthRows:           []int{10_000, 100_000, 1_000_000},
 		GrowthRelayRows:      20_000,

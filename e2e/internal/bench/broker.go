@@ -51,9 +51,11 @@ func (e *env) measureBroker(ctx context.Context) error {
 }
 
 // publishAll publishes msgs split over n publishers, each on its own
-// connection, in PublishBatch calls of batch messages, and returns the
-// confirmed messages per second.
-func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Message, n, batch int) (float64, error) {
+// connection and one stream, with at most window messages unconfirmed at a
+// time (it sends half a window, then waits for the half before), the way
+// the relay streams its batches, and returns the confirmed messages per
+// second.
+func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Message, n, window int) (float64, error) {
 	conns := make([]*amqp.Connection, n)
 	defer func() {
 		for _, c := range conns {
@@ -82,12 +84,18 @@ func (e *env) publishAll(ctx context.Context, amqpURL string, msgs []amqp.Messag
 	for i, p := range pubs {
 		part := msgs[min(i*per, len(msgs)):min((i+1)*per, len(msgs))]
 		wg.Go(func() {
-			for off := 0; off < len(part); off += batch {
-				chunk := part[off:min(off+batch, len(part))]
-				if _, err := p.PublishBatch(ctx, chunk, 30*time.Second); err != nil {
+			s := p.Stream(ctx, 5*time.Minute)
+			defer s.Close()
+			half := max(window/2, 1)
+			for off := 0; off < len(part); off += half {
+				s.Send(part[off:min(off+half, len(part))])
+				if _, err := s.Wait(off); err != nil {
 					errs[i] = err
 					return
 				}
+			}
+			if _, err := s.Wait(len(part)); err != nil {
+				errs[i] = err
 			}
 		})
 	}

@@ -1,14 +1,17 @@
 package bench
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,6 +55,7 @@ func (e *env) measureLatency(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", vhost, err)
 		}
 		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(run.lat), s.LatencyRate)
+		e.progress("   %s", run.cpu)
 		for _, p := range []struct {
 			name string
 			q    float64
@@ -98,11 +102,26 @@ func (e *env) measureMaxRate(ctx context.Context) error {
 	best := 0
 	for n, rate := range s.MaxRates {
 		run, err := e.runLatency(ctx, fmt.Sprintf("max-rate-%d", n), true, rate, s.MaxRateDuration)
+		if errors.Is(err, errUnavailable) {
+			// The API shed load (its database budget ran out): a miss.
+			e.progress("   %5d orders/s: missed, %v", rate, err)
+			break
+		}
 		if err != nil {
 			return fmt.Errorf("%d orders/s: %w", rate, err)
 		}
 		p50, p99 := percentile(run.lat, 0.5), percentile(run.lat, 0.99)
 		e.progress("   %5d orders/s: p50 %.1f ms, p99 %.1f ms (placing kept %.0f%% of the schedule)", rate, p50, p99, 100*run.onTime)
+		e.progress("     %s", run.cpu)
+		note := fmt.Sprintf("%d orders at %d/s", len(run.lat), rate)
+		e.results.set(rateName(rate, "p50"), p50, note+", POST place -> reservation committed")
+		e.results.set(rateName(rate, "p99"), p99, note+", POST place -> reservation committed")
+		for _, g := range cpuGroups {
+			e.results.set(rateName(rate, "cpu_"+g), run.cpu.perOrder(g), note+", CPU ms per order of "+g)
+		}
+		e.results.set(rateName(rate, "shop_cores"), run.cpu.cores("shop"), note+", CPU of the bench, the shop, PostgreSQL and RabbitMQ per second")
+		e.results.set(rateName(rate, "machine_busy_cores"), run.cpu.busyCores, note+", busy CPUs of the machine (/proc/stat), other work included")
+		e.results.set(rateName(rate, "idle_pct"), 100*run.cpu.idle, note+", idle share of the machine (/proc/stat)")
 		if p99 >= 100 || run.onTime < 0.9 {
 			break
 		}
@@ -120,6 +139,7 @@ type latencyRun struct {
 	stages  map[string][]time.Duration // per stage but confirm, sorted
 	confirm []float64                  // relay confirm latency p50, p99 in ms; nil when unknown
 	onTime  float64                    // scheduled duration / time placing took (1 = kept the rate)
+	cpu     cpuUse                     // from the first measured placement to the last reservation
 }
 
 // percentile returns the nearest-rank q-quantile of sorted, in ms.
@@ -196,6 +216,7 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	defer func() { stopWatch(); <-watchDone }()
 
 	c := newOrderClient(sys.OrderAPI.Addr)
+	defer c.close()
 	n := int(float64(rate) * duration.Seconds())
 	ids, err := c.createMany(ctx, warmupOrders+n, 8)
 	if err != nil {
@@ -211,19 +232,35 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 		return run, fmt.Errorf("warm-up: %w", err)
 	}
 
+	admin, err := pgx.Connect(ctx, e.cfg.DatabaseURL)
+	if err != nil {
+		return run, err
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	probe := &cpuProbe{admin: admin, pids: map[string]int{"order_api": sys.OrderAPI.PID(), "relay": sys.Relay.PID(),
+		"stock": sys.Stock.PID(), "shipping": sys.Shipping.PID()}}
+	before, err := probe.snapshot(ctx)
+	if err != nil {
+		return run, fmt.Errorf("CPU before: %w", err)
+	}
+
 	measured := ids[warmupOrders:]
 	sent := make([]time.Time, len(measured))
 	answered := make([]time.Duration, len(measured))
 	errs := make(chan error, len(measured))
 	var wg sync.WaitGroup
 	interval := time.Second / time.Duration(rate)
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	<-tick.C
 	start := time.Now()
 	for i, id := range measured {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			tick.Reset(d)
 			select {
 			case <-ctx.Done():
 				return run, ctx.Err()
-			case <-time.After(d):
+			case <-tick.C:
 			}
 		}
 		wg.Go(func() {
@@ -235,14 +272,30 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 		})
 	}
 	wg.Wait()
+	placing := time.Since(start)
 	close(errs)
+	var failed []error
+	unavailable := 0
 	for err := range errs {
-		return run, fmt.Errorf("%w; order API output:\n%s", err, tail(sys.OrderAPI.Output(), 4000))
+		if errors.Is(err, errUnavailable) {
+			unavailable++
+		}
+		failed = append(failed, err)
+	}
+	if unavailable == len(failed) && unavailable > 0 {
+		return run, fmt.Errorf("%d of %d places: %w", unavailable, len(measured), errUnavailable)
+	}
+	if len(failed) > 0 {
+		return run, fmt.Errorf("%w; order API output:\n%s", failed[0], tail(sys.OrderAPI.Output(), 4000))
 	}
 	if err := w.waitFor(ctx, measured, 60*time.Second); err != nil {
 		return run, err
 	}
-	placing := time.Since(start)
+	after, err := probe.snapshot(ctx)
+	if err != nil {
+		return run, fmt.Errorf("CPU after: %w", err)
+	}
+	run.cpu = probe.use(before, after, len(measured))
 	run.lat = make([]time.Duration, len(measured))
 	for i, id := range measured {
 		run.lat[i] = w.at(id).Sub(sent[i])
@@ -338,17 +391,44 @@ func (w *watcher) waitFor(ctx context.Context, ids []string, limit time.Duration
 	}
 }
 
-// orderClient calls the order API with enough idle connections for the
-// bench's concurrency, so connection set-up does not add to the latency.
+// orderClient calls the order API over HTTP/1.1 keep-alive connections of its
+// own: the calling goroutine writes each request and reads its answer, so a
+// request costs no hand-off to net/http's two goroutines per connection (the
+// bench shares the machine's CPUs with the system it measures). Up to
+// maxIdleConns connections are kept for reuse; close closes them.
 type orderClient struct {
 	addr string
-	http *http.Client
+	idle chan *clientConn
+}
+
+// maxIdleConns is the number of connections an orderClient keeps open for
+// reuse, above the bench's concurrency, so connection set-up does not add to
+// the latency.
+const maxIdleConns = 256
+
+// requestTimeout bounds one request of an orderClient.
+const requestTimeout = 30 * time.Second
+
+type clientConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
 }
 
 func newOrderClient(addr string) *orderClient {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 256, 256
-	return &orderClient{addr: addr, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &orderClient{addr: addr, idle: make(chan *clientConn, maxIdleConns)}
+}
+
+// close closes the idle connections.
+func (c *orderClient) close() {
+	for {
+		select {
+		case cc := <-c.idle:
+			_ = cc.conn.Close()
+		default:
+			return
+		}
+	}
 }
 
 // createMany creates n draft orders of one line with the given number of
@@ -399,10 +479,18 @@ func (c *orderClient) create(ctx context.Context) (string, error) {
 	return o.ID, nil
 }
 
+// errUnavailable is the error of a place answered 503: the order API gave up
+// on the database within its budget (DatabaseTimeout), as it does when it is
+// sent more than it can do.
+var errUnavailable = errors.New("the order API answered 503")
+
 func (c *orderClient) place(ctx context.Context, id string) error {
 	status, raw, err := c.do(ctx, "/orders/"+id+"/place", nil)
 	if err != nil {
 		return err
+	}
+	if status == http.StatusServiceUnavailable {
+		return fmt.Errorf("place order %s: %w: %s", id, errUnavailable, raw)
 	}
 	if status != http.StatusOK {
 		return fmt.Errorf("place order %s: status %d: %s", id, status, raw)
@@ -410,19 +498,70 @@ func (c *orderClient) place(ctx context.Context, id string) error {
 	return nil
 }
 
+// do sends POST path with body (JSON, none when nil) and returns the answer's
+// status and body. A connection that fails is closed, never reused; the
+// request is not retried (a place is not idempotent without a key).
 func (c *orderClient) do(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
+	var cc *clientConn
+	select {
+	case cc = <-c.idle:
+	default:
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		}
+		cc = &clientConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
 	}
+	status, raw, keep, err := cc.roundTrip(ctx, c.addr, path, body)
+	if err != nil || !keep {
+		_ = cc.conn.Close()
+		if err != nil {
+			return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		}
+		return status, raw, nil
+	}
+	select {
+	case c.idle <- cc:
+	default:
+		_ = cc.conn.Close()
+	}
+	return status, raw, nil
+}
+
+// roundTrip writes one request and reads its answer within requestTimeout
+// (or until ctx ends). keep reports whether the connection can be reused.
+func (cc *clientConn) roundTrip(ctx context.Context, host, path string, body []byte) (status int, raw []byte, keep bool, err error) {
+	deadline := time.Now().Add(requestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := cc.conn.SetDeadline(deadline); err != nil {
+		return 0, nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cc.conn.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() { // ctx ended: the deadline may be cut short at any time
+			keep = false
+		}
+	}()
+	cc.w.WriteString("POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\n")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		cc.w.WriteString("Content-Type: application/json\r\n")
 	}
-	resp, err := c.http.Do(req)
+	cc.w.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
+	cc.w.Write(body)
+	if err := cc.w.Flush(); err != nil {
+		return 0, nil, false, errors.Join(err, ctx.Err())
+	}
+	resp, err := http.ReadResponse(cc.r, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("POST %s: %w", path, err)
+		return 0, nil, false, errors.Join(err, ctx.Err())
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw, err
+	raw, err = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return 0, nil, false, errors.Join(err, ctx.Err())
+	}
+	return resp.StatusCode, raw, !resp.Close, nil
 }

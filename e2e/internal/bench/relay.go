@@ -290,7 +290,7 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode string, 
 	}
 	defer func() { _ = conn.Close() }()
 	newPublisher := func() outbox.Publisher {
-		pub := amqp.NewPublisher(conn, contracts.Exchange)
+		pub := outbox.AMQPPublisher(amqp.NewPublisher(conn, contracts.Exchange))
 		if mode == "one-at-a-time" {
 			return oneAtATime{pub}
 		}
@@ -352,24 +352,43 @@ func (e *env) runRelay(ctx context.Context, dbURL, amqpURL string, mode string, 
 	return float64(published) / elapsed.Seconds(), published, nil
 }
 
-// oneAtATime publishes each message of a batch alone and waits for its
-// confirm before the next: the slow baseline that the relay's pipelined
-// batches replace. confirmTimeout bounds the whole batch; when it is spent
-// the batch ends early without an error and the rest waits for the next.
-type oneAtATime struct{ *amqp.Publisher }
+// oneAtATime publishes each message alone and waits for its confirm
+// before the next: the slow baseline that the relay's pipelined stream
+// replaces. The stream's timeout bounds it; when it is spent, Wait returns
+// the messages confirmed so far without an error, which ends the relay's
+// transaction there, and the rest waits for the next.
+type oneAtATime struct{ outbox.Publisher }
 
-func (o oneAtATime) PublishBatch(ctx context.Context, msgs []amqp.Message, confirmTimeout time.Duration) (int, error) {
-	deadline := time.Now().Add(confirmTimeout)
-	for i := range msgs {
-		left := time.Until(deadline)
+func (o oneAtATime) Stream(ctx context.Context, timeout time.Duration) outbox.Stream {
+	return &oneStream{pub: o.Publisher, ctx: ctx, deadline: time.Now().Add(timeout)}
+}
+
+type oneStream struct {
+	pub       outbox.Publisher
+	ctx       context.Context
+	deadline  time.Time
+	msgs      []amqp.Message
+	confirmed int
+}
+
+func (s *oneStream) Send(msgs []amqp.Message) { s.msgs = append(s.msgs, msgs...) }
+func (s *oneStream) Close()                   {}
+
+func (s *oneStream) Wait(n int) (int, error) {
+	for ; s.confirmed < min(n, len(s.msgs)); s.confirmed++ {
+		left := time.Until(s.deadline)
 		if left <= 0 {
-			return i, nil
+			return s.confirmed, nil
 		}
-		if _, err := o.Publisher.PublishBatch(ctx, msgs[i:i+1], left); err != nil {
-			return i, err
+		one := s.pub.Stream(s.ctx, left)
+		one.Send(s.msgs[s.confirmed : s.confirmed+1])
+		_, err := one.Wait(1)
+		one.Close()
+		if err != nil {
+			return s.confirmed, err
 		}
 	}
-	return len(msgs), nil
+	return s.confirmed, nil
 }
 
 // fillOrderPairsSQL inserts, for $2 orders, an order.order.placed.v1 row

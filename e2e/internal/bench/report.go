@@ -33,9 +33,9 @@ func WriteTable(w io.Writer, results []Result) error {
 // one or two decimals.
 func formatValue(v float64, unit string) string {
 	switch unit {
-	case "ms", "MiB":
+	case "ms", "MiB", "%":
 		return strconv.FormatFloat(v, 'f', 1, 64)
-	case "x":
+	case "x", "cores":
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)

@@ -12,7 +12,8 @@ type Result struct {
 	Name string `json:"name"`
 	// Value is the measured number, in Unit.
 	Value float64 `json:"value"`
-	// Unit is "msgs/s", "events/s", "tx/s", "orders/s", "ms", "x" (a factor) or "MiB".
+	// Unit is "msgs/s", "events/s", "tx/s", "orders/s", "ms", "x" (a factor),
+	// "MiB", "cores" (CPUs kept busy) or "%".
 	Unit string `json:"unit"`
 	// Baseline names the result this one is compared with ("" when none).
 	Baseline string `json:"baseline"`
@@ -65,6 +66,10 @@ type spec struct {
 	goal                 *goal
 	panel                string
 	label                string // bar label in the chart
+	// optional is set for the numbers of one rate of the maxrate search,
+	// which exist only for the rates the search reached; zero is a valid
+	// value for them (a CPU time below one clock tick per order).
+	optional bool
 }
 
 // Chart panels.
@@ -164,6 +169,14 @@ func specs(s Sizes) []spec {
 		}
 	}
 	out = append(out, spec{name: "latency_max_rate_p99_under_100ms", unit: "orders/s", goal: &goal{op: ">=", target: 1000}})
+	for _, rate := range s.MaxRates {
+		opt := func(what, unit string) spec { return spec{name: rateName(rate, what), unit: unit, optional: true} }
+		out = append(out, opt("p50", "ms"), opt("p99", "ms"))
+		for _, g := range cpuGroups {
+			out = append(out, opt("cpu_"+g, "ms"))
+		}
+		out = append(out, opt("shop_cores", "cores"), opt("machine_busy_cores", "cores"), opt("idle_pct", "%"))
+	}
 	for _, p := range []string{"p50", "p95", "p99"} {
 		out = append(out, spec{name: "latency_poll_" + p, unit: "ms", baseline: "latency_notify_" + p, panel: panelPoll, label: p})
 	}
@@ -203,6 +216,23 @@ func Names(s Sizes) []string {
 	}
 	return names
 }
+
+// Optional reports whether the measurement name of a run with sizes s exists
+// only for some runs: the numbers of one rate of the maxrate search
+// (maxrate_<rate>_*: place -> reservation percentiles, CPU ms per order by
+// process, busy cores, idle share), reported for the rates the search ran up
+// to the first one that missed. Zero is a valid value for them.
+func Optional(s Sizes, name string) bool {
+	for _, sp := range specs(s) {
+		if sp.name == name {
+			return sp.optional
+		}
+	}
+	return false
+}
+
+// rateName is the name of what of the maxrate run at rate orders/s.
+func rateName(rate int, what string) string { return fmt.Sprintf("maxrate_%d_%s", rate, what) }
 
 // collector gathers values by name while the run goes on.
 type collector struct {

@@ -59,15 +59,11 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, service)
-	stopTracing, err := telemetry.Setup(ctx, service)
+	stopTracing, err := telemetry.Start(ctx, service, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 	reg := metrics.NewRegistry()
 

@@ -71,11 +71,3 @@ func (c migrateConfig) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 	)
 }
-
-// load reads a command's configuration through getenv with read; the error names
-// every variable that cannot be used.
-func load[T any](getenv func(string) string, read func(*config.Env) T) (T, error) {
-	env := config.NewEnv(getenv)
-	c := read(env)
-	return c, env.Err()
-}

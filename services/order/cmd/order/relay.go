@@ -120,20 +120,16 @@ func (c relayConfig) LogValue() slog.Value {
 // the HTTP server shuts down within httpx.ShutdownTimeout; ctx's end while it
 // still waits for a dependency is a clean shutdown too (nil).
 func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadRelayConfig)
+	cfg, err := config.Load(getenv, loadRelayConfig)
 	if err != nil {
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceRelay)
-	stopTracing, err := telemetry.Setup(ctx, serviceRelay)
+	stopTracing, err := telemetry.Start(ctx, serviceRelay, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	// Serve health and metrics while the database and the broker are awaited.
@@ -184,7 +180,7 @@ func runRelay(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		defer func() { _ = conn.Close() }()
 		broker.Store(conn)
 		// One publisher (one channel) per partition led; the relay closes it.
-		newPublisher := func() outbox.Publisher { return amqp.NewPublisher(conn, topo.Exchange) }
+		newPublisher := func() outbox.Publisher { return outbox.AMQPPublisher(amqp.NewPublisher(conn, topo.Exchange)) }
 		r, err := outbox.NewRelay(pool, newPublisher, cfg.Relay, logger, reg, outbox.WithBrokerStatus(conn.Ready))
 		if err != nil {
 			return err
@@ -228,7 +224,7 @@ func runPurgeOutbox(ctx context.Context, olderThan time.Duration, getenv func(st
 	if olderThan <= 0 {
 		return cli.Usagef("purge-outbox", "purge-outbox: --older-than must be a positive duration such as 168h, got %v", olderThan)
 	}
-	cfg, err := load(getenv, loadPurgeConfig)
+	cfg, err := config.Load(getenv, loadPurgeConfig)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func runReplayOutbox(ctx context.Context, f replayFlags, getenv func(string) str
 	if err != nil {
 		return cli.Usagef("replay-outbox", "replay-outbox: %w", err)
 	}
-	cfg, err := load(getenv, loadReplayConfig)
+	cfg, err := config.Load(getenv, loadReplayConfig)
 	if err != nil {
 		return err
 	}
@@ -123,6 +123,9 @@ func runReplayOutbox(ctx context.Context, f replayFlags, getenv func(string) str
 func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.ReplayRequest, error) {
 	req := outbox.ReplayRequest{EventName: eventName, DryRun: dryRun, Force: force}
 	var errs []error
+	// A flag is missing when it was not given (an empty value), never because its time
+	// is the zero time.Time: 0001-01-01T00:00:00Z is a valid start.
+	parsed := 0
 	parse := func(flagName, v string) time.Time {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("--%s is required (RFC 3339, such as 2026-12-01T10:00:00Z)", flagName))
@@ -131,11 +134,13 @@ func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.R
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--%s %q is not an RFC 3339 time such as 2026-12-01T10:00:00Z", flagName, v))
+			return time.Time{}
 		}
+		parsed++
 		return t
 	}
 	req.Since, req.Until = parse("since", since), parse("until", until)
-	if !req.Since.IsZero() && !req.Until.IsZero() && !req.Since.Before(req.Until) {
+	if parsed == 2 && !req.Since.Before(req.Until) {
 		errs = append(errs, fmt.Errorf("--since %s is not before --until %s: the period [since, until) is empty", since, until))
 	}
 	if eventName != "" && !slices.Contains(contracts.EventNames(), eventName) {

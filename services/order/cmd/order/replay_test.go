@@ -86,7 +86,8 @@ func TestReplayOutboxRefusals(t *testing.T) {
 		}
 	}
 	// A period that is empty or reversed is a usage error (exit 2), as a bad flag is.
-	for _, period := range [][2]string{{until, recent}, {recent, recent}} {
+	zero := time.Time{}.Format(time.RFC3339) // 0001-01-01T00:00:00Z: given, so not missing
+	for _, period := range [][2]string{{until, recent}, {recent, recent}, {zero, zero}, {recent, zero}} {
 		err := run(ctx, []string{"order", "replay-outbox", "--since", period[0], "--until", period[1]}, env(nil), io.Discard, io.Discard)
 		var ue *cli.UsageError
 		if !errors.As(err, &ue) || ue.Help != "replay-outbox" || !strings.HasPrefix(err.Error(), "replay-outbox: --since ") {

@@ -100,20 +100,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // returns nil after a clean one, also when ctx ends while it still waits for
 // the database.
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadServeConfig)
+	cfg, err := config.Load(getenv, loadServeConfig)
 	if err != nil {
 		return err
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceAPI)
-	stopTracing, err := telemetry.Setup(ctx, serviceAPI)
+	stopTracing, err := telemetry.Start(ctx, serviceAPI, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := stopTracing(ctx); err != nil {
-			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
-		}
-	}()
+	defer stopTracing()
 	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
 	validator, err := contracts.NewValidator()
@@ -163,7 +159,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 // embedded migrations, logging each one and the outcome as JSON on stderr
 // (migrate.Apply); running it again applies nothing.
 func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := load(getenv, loadMigrateConfig)
+	cfg, err := config.Load(getenv, loadMigrateConfig)
 	if err != nil {
 		return err
 	}

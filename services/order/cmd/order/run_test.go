@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
@@ -373,7 +374,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestConfigDefaultsAndMasking(t *testing.T) {
 	t.Parallel()
-	cfg, err := load(env(nil), loadServeConfig)
+	cfg, err := config.Load(env(nil), loadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 		cfg.LogLevel != slog.LevelInfo || cfg.MigrateOnStart {
 		t.Errorf("defaults = %+v", cfg)
 	}
-	cfg, err = load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), loadServeConfig)
+	cfg, err = config.Load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), loadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

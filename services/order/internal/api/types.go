@@ -12,9 +12,6 @@ import (
 	"example.com/shop/services/order/internal/order"
 )
 
-// timeFormat writes timestamps in UTC with milliseconds, like the event envelope.
-const timeFormat = "2006-01-02T15:04:05.000Z07:00"
-
 // errNotUUID is the reason given for a body field that is not a canonical UUID.
 var errNotUUID = errors.New("must be a UUID in its canonical form, such as 0190a7c4-7c1e-7d2a-9f3b-5a8c2e1d4b6f")
 
@@ -126,8 +123,8 @@ func toResponse(o *order.Order) orderResponse {
 		Status:     string(o.Status()),
 		Version:    o.Version(),
 		Lines:      make([]lineResponse, len(lines)),
-		CreatedAt:  o.CreatedAt().UTC().Format(timeFormat),
-		UpdatedAt:  o.UpdatedAt().UTC().Format(timeFormat),
+		CreatedAt:  httpx.FormatTime(o.CreatedAt()),
+		UpdatedAt:  httpx.FormatTime(o.UpdatedAt()),
 	}
 	for i, l := range lines {
 		out.Lines[i] = lineResponse{ProductID: l.ProductID.String(), Quantity: l.Quantity.String()}

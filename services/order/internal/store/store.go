@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/inbox"
@@ -66,10 +67,12 @@ func (s *Store) Idempotent(ctx context.Context, c *inbox.Consumer, m inbox.Messa
 
 // Create is Store.Create in t's transaction.
 func (t Tx) Create(ctx context.Context, o *order.Order) error {
-	if err := insertOrder(ctx, t.tx, o); err != nil {
+	tx := &pipeTx{Tx: t.tx}
+	insertOrder(tx, o)
+	if err := t.s.writeEvents(ctx, tx, o); err != nil {
 		return fmt.Errorf("create order %s: %w", o.ID(), err)
 	}
-	if err := t.s.writeEvents(ctx, t.tx, o); err != nil {
+	if err := tx.flush(ctx); err != nil {
 		return fmt.Errorf("create order %s: %w", o.ID(), err)
 	}
 	return nil
@@ -91,10 +94,13 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*order.Order, error) {
 
 // Update changes one order in one transaction: it locks the order row with
 // SELECT ... FOR UPDATE (a concurrent Update of the same order waits until
-// this one commits, then sees its result), loads the lines, calls fn, and when
-// fn returns nil and changed the version, saves status, version and updated_at
-// and writes every event fn's transitions recorded to the outbox through the
-// outbox.Writer, then commits (docs/architecture.md, rule 1).
+// this one commits, then sees its result), reading the lines in the same
+// statement, calls fn, and when fn returns nil and changed the version, saves
+// status, version and updated_at and writes every event fn's transitions
+// recorded to the outbox through the outbox.Writer, then commits
+// (docs/architecture.md, rule 1). The save and the outbox rows go to
+// PostgreSQL in one pipeline (pipeTx): BEGIN, read, save with outbox, COMMIT
+// are four round trips.
 //
 // It returns an error wrapping order.ErrNotFound when no order has id, fn's
 // error when fn fails, and the Writer's error (a *contracts.ValidationError
@@ -115,8 +121,7 @@ func (t Tx) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 }
 
 func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
-	tx := t.tx
-	o, err := load(ctx, tx, id, true)
+	o, err := load(ctx, t.tx, id, true)
 	if err != nil {
 		return err
 	}
@@ -127,17 +132,20 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 	if o.Version() == before {
 		return nil
 	}
-	tag, err := tx.Exec(ctx,
-		`UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
-		o.ID(), string(o.Status()), o.Version(), o.UpdatedAt(), before)
-	if err != nil {
-		return fmt.Errorf("save: %w", err)
+	// The UPDATE goes out in one round trip with the outbox row.
+	tx := &pipeTx{Tx: t.tx}
+	tx.hold("save", func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			// Cannot happen while the row is locked; refuse rather than lose an update.
+			return fmt.Errorf("version %d changed under the row lock", before)
+		}
+		return nil
+	}, `UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
+		pgUUID(o.ID()), string(o.Status()), o.Version(), o.UpdatedAt(), before)
+	if err := t.s.writeEvents(ctx, tx, o); err != nil {
+		return err
 	}
-	if tag.RowsAffected() != 1 {
-		// Cannot happen while the row is locked; refuse rather than lose an update.
-		return fmt.Errorf("save: version %d changed under the row lock", before)
-	}
-	return t.s.writeEvents(ctx, tx, o)
+	return tx.flush(ctx)
 }
 
 // writeEvents writes the events o recorded to the outbox, with the order id as
@@ -156,71 +164,157 @@ func (s *Store) writeEvents(ctx context.Context, tx pgx.Tx, o *order.Order) erro
 	return nil
 }
 
-func insertOrder(ctx context.Context, tx pgx.Tx, o *order.Order) error {
-	_, err := tx.Exec(ctx,
+// insertOrder inserts o and its lines in one round trip; the caller's next
+// statement on tx, or its flush, sends them.
+func insertOrder(tx *pipeTx, o *order.Order) {
+	tx.hold("insert order", nil,
 		`INSERT INTO orders (id, customer_id, status, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-		o.ID(), o.CustomerID(), string(o.Status()), o.Version(), o.CreatedAt(), o.UpdatedAt())
-	if err != nil {
-		return fmt.Errorf("insert order: %w", err)
-	}
+		pgUUID(o.ID()), pgUUID(o.CustomerID()), string(o.Status()), o.Version(), o.CreatedAt(), o.UpdatedAt())
 	lines := o.Lines()
-	products := make([]uuid.UUID, len(lines))
+	products := make([][16]byte, len(lines))
 	quantities := make([]string, len(lines))
 	for i, l := range lines {
 		products[i], quantities[i] = l.ProductID, l.Quantity.String()
 	}
-	_, err = tx.Exec(ctx, `
+	tx.hold("insert order lines", nil, `
 		INSERT INTO order_line (order_id, product_id, quantity, line_no)
 		SELECT $1, l.product_id, l.quantity::numeric, l.n - 1
 		FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS l(product_id, quantity, n)`,
-		o.ID(), products, quantities)
-	if err != nil {
-		return fmt.Errorf("insert order lines: %w", err)
-	}
-	return nil
+		pgUUID(o.ID()), products, quantities)
 }
 
-// load reads one order and its lines in tx, locking the order row until tx
-// ends when forUpdate is set.
+// load reads one order and its lines in tx in one statement, locking the
+// order row until tx ends when forUpdate is set.
 func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.Order, error) {
-	query := `SELECT customer_id, status, version, created_at, updated_at FROM orders WHERE id = $1`
+	query := `SELECT o.customer_id, o.status, o.version, o.created_at, o.updated_at,
+		ARRAY(SELECT l.product_id FROM order_line l WHERE l.order_id = o.id ORDER BY l.line_no),
+		ARRAY(SELECT l.quantity::text FROM order_line l WHERE l.order_id = o.id ORDER BY l.line_no)
+		FROM orders o WHERE o.id = $1`
 	if forUpdate {
-		query += ` FOR UPDATE`
+		query += ` FOR UPDATE OF o`
 	}
 	var (
 		customerID           uuid.UUID
 		status               string
 		version              int
 		createdAt, updatedAt time.Time
+		products             [][16]byte
+		quantities           []string
 	)
-	err := tx.QueryRow(ctx, query, id).Scan(&customerID, &status, &version, &createdAt, &updatedAt)
+	err := tx.QueryRow(ctx, query, pgUUID(id)).Scan((*[16]byte)(&customerID), &status, &version, &createdAt, &updatedAt, &products, &quantities)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, order.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read order: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT product_id, quantity::text FROM order_line WHERE order_id = $1 ORDER BY line_no`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read order lines: %w", err)
+	if len(products) != len(quantities) {
+		return nil, fmt.Errorf("read order lines: %d products, %d quantities", len(products), len(quantities))
 	}
 	var lines []order.Line
-	for rows.Next() {
-		var (
-			productID uuid.UUID
-			text      string
-		)
-		if err := rows.Scan(&productID, &text); err != nil {
-			return nil, fmt.Errorf("read order lines: %w", err)
-		}
-		q, err := order.ParseQuantity(text)
+	for i, productID := range products {
+		q, err := order.ParseQuantity(quantities[i])
 		if err != nil {
 			return nil, fmt.Errorf("read order lines: stored quantity: %w", err)
 		}
-		lines = append(lines, order.Line{ProductID: productID, Quantity: q})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read order lines: %w", err)
+		lines = append(lines, order.Line{ProductID: uuid.UUID(productID), Quantity: q})
 	}
 	return order.FromDatabase(id, customerID, order.Status(status), version, lines, createdAt, updatedAt)
 }
+
+// pgUUID is id as pgx encodes it directly in the binary format; a uuid.UUID
+// itself goes through its driver.Valuer, a failed binary encoding and a text
+// retry on every statement.
+func pgUUID(id uuid.UUID) [16]byte { return id }
+
+// pipeTx is a transaction that holds back statements whose results the store
+// only checks, and sends them in one pipeline (one round trip to PostgreSQL)
+// with the next statement run on it, or at flush: a place is then three round
+// trips (BEGIN, the locking read, the UPDATE with the outbox row) and the
+// COMMIT, instead of six. Every statement still runs in order in tx, and an
+// error of a held statement fails the statement it went out with, naming the
+// held one; the caller rolls tx back as for any error.
+type pipeTx struct {
+	pgx.Tx
+	held *pgx.Batch
+}
+
+// hold queues sql to go out with the next statement; check, when not nil,
+// judges its command tag. Errors are wrapped with what.
+func (t *pipeTx) hold(what string, check func(pgconn.CommandTag) error, sql string, args ...any) {
+	if t.held == nil {
+		t.held = &pgx.Batch{}
+	}
+	t.held.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err == nil && check != nil {
+			err = check(tag)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+}
+
+// flush sends the held statements, if any.
+func (t *pipeTx) flush(ctx context.Context) error {
+	if t.held == nil {
+		return nil
+	}
+	b := t.held
+	t.held = nil
+	return t.Tx.SendBatch(ctx, b).Close()
+}
+
+// Exec runs sql after the held statements, in the same round trip.
+func (t *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.held == nil {
+		return t.Tx.Exec(ctx, sql, args...)
+	}
+	var tag pgconn.CommandTag
+	t.held.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := t.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tag, nil
+}
+
+// Query sends the held statements first.
+func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+// QueryRow sends the held statements first; their error is the row's.
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+// SendBatch sends the held statements first.
+func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.held != nil {
+		held := t.held
+		t.held = nil
+		held.QueuedQueries = append(held.QueuedQueries, b.QueuedQueries...)
+		b = held
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+// Commit sends the held statements, then commits.
+func (t *pipeTx) Commit(ctx context.Context) error {
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	return t.Tx.Commit(ctx)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
@@ -239,6 +241,72 @@ func TestSchemaFailureRollsBackPlace(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+// TestFailedSaveRollsBackOutboxRow makes the order's UPDATE fail in PostgreSQL
+// (a trigger refuses it): the UPDATE goes out in one pipeline with the outbox
+// INSERT, and Update must return the UPDATE's error, naming the save, with
+// neither the new state nor the outbox row committed.
+func TestFailedSaveRollsBackOutboxRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	o := draft(t)
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'update refused' USING ERRCODE = 'P0001'; END $$;
+		CREATE TRIGGER refuse_update BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_update()`); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Update(ctx, o.ID(), place)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "P0001" || !strings.Contains(err.Error(), "save: ") {
+		t.Fatalf("err = %v, want the refused UPDATE named as the save", err)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status() != order.StatusDraft || got.Version() != 1 {
+		t.Errorf("after failed save: %s v%d, want draft v1", got.Status(), got.Version())
+	}
+	if rows := outboxRows(t, pool, validator(t)); len(rows) != 0 {
+		t.Errorf("outbox rows = %d, want 0", len(rows))
+	}
+}
+
+// TestCreateDuplicateFails creates one order twice: the second Create fails
+// with the unique violation of the order's INSERT (sent in one pipeline with
+// its lines) and leaves the first order and its lines as they were.
+func TestCreateDuplicateFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	o := draft(t, "1", "2", "3")
+	if err := s.Create(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Create(ctx, o)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(err.Error(), "insert order: ") {
+		t.Fatalf("err = %v, want the unique violation of the order's insert", err)
+	}
+	var lines int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM order_line WHERE order_id = $1`, o.ID()).Scan(&lines); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 3 {
+		t.Errorf("order lines = %d, want 3", lines)
+	}
+	got, err := s.Get(ctx, o.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Lines(), o.Lines()) {
+		t.Errorf("lines = %v, want %v in order", got.Lines(), o.Lines())
 	}
 }
 

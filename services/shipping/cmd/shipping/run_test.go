@@ -145,17 +145,17 @@ func TestPurgeInbox(t *testing.T) {
 // group commit) and names its bad SHIPPING_* variables.
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	c, err := load(env(nil), loadServeConfig)
+	c, err := config.Load(env(nil), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/shipping?sslmode=disable" ||
 		c.AMQPURL != config.DefaultAMQPURL || c.HTTPAddr != ":8083" ||
 		c.Workers != 8 || c.Prefetch != 32 || c.InboxGroup != 1 || c.MaxAttempts != 5 ||
-		fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" || c.MinRetention != 168*time.Hour || c.poolSize() != 12 {
+		fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" || c.MinRetention != 168*time.Hour || c.PoolSize() != 12 {
 		t.Errorf("defaults = %+v", c)
 	}
-	_, err = load(env(map[string]string{
+	_, err = config.Load(env(map[string]string{
 		"SHIPPING_WORKERS":      "many",
 		"SHIPPING_PREFETCH":     "0",
 		"SHIPPING_MAX_ATTEMPTS": "-1",
@@ -163,7 +163,7 @@ func TestConfig(t *testing.T) {
 		"LOG_LEVEL":             "loud",
 		"SHIPPING_DATABASE_URL": "::bad",
 		"AMQP_URL":              "http://u:secret@host/",
-	}), loadServeConfig)
+	}), service.LoadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)

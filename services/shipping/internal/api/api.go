@@ -43,7 +43,7 @@ type orderStatusResponse struct {
 }
 
 // shipmentResponse is the body of GET /shipments/{order_id}; times are RFC 3339
-// in UTC.
+// in UTC with milliseconds (httpx.WriteJSON writes them in httpx.TimeFormat).
 type shipmentResponse struct {
 	ID        uuid.UUID `json:"id"`
 	OrderID   uuid.UUID `json:"order_id"`
@@ -78,8 +78,8 @@ func (a *API) getShipment(w http.ResponseWriter, r *http.Request) error {
 		ID:        sh.ID,
 		OrderID:   sh.OrderID,
 		Status:    string(sh.Status),
-		CreatedAt: sh.CreatedAt.UTC(),
-		UpdatedAt: sh.UpdatedAt.UTC(),
+		CreatedAt: sh.CreatedAt,
+		UpdatedAt: sh.UpdatedAt,
 	})
 	return nil
 }

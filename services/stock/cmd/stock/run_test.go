@@ -15,8 +15,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/platform/testkit/servetest"
@@ -229,38 +231,38 @@ func TestPurgeInbox(t *testing.T) {
 	}
 }
 
-// TestConfig: stock keeps its defaults (database, port :8082, 32 workers, inbox group
-// commit 16 x 2), reads every variable, and names every bad one.
+// TestConfig: stock keeps its defaults (database, port :8082, 256 workers, inbox group
+// commit 128 x 2), reads every variable, and names every bad one.
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	c, err := load(env(nil), loadServeConfig)
+	c, err := config.Load(env(nil), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/stock?sslmode=disable" || c.AMQPURL != config.DefaultAMQPURL ||
 		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 256 || c.Prefetch != 1024 ||
 		c.InboxGroup != 128 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
-		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.poolSize() != 6 {
+		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.PoolSize() != 6 {
 		t.Errorf("defaults = %+v", c)
 	}
-	c, err = load(env(map[string]string{
+	c, err = config.Load(env(map[string]string{
 		"STOCK_DATABASE_URL": "postgres://db/x", "AMQP_URL": "amqp://mq/", "HTTP_ADDR": ":1",
 		"LOG_LEVEL": "debug", "STOCK_WORKERS": "2", "STOCK_INBOX_GROUP": "1", "STOCK_INBOX_TX": "5",
 		"STOCK_RETRY_DELAYS": "50ms, 2s", "STOCK_MAX_ATTEMPTS": "3", "INBOX_MIN_RETENTION": "1h",
-	}), loadServeConfig)
+	}), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://db/x" || c.AMQPURL != "amqp://mq/" || c.HTTPAddr != ":1" ||
 		c.LogLevel != slog.LevelDebug || c.Workers != 2 || c.Prefetch != 8 || c.InboxGroup != 1 || c.InboxTx != 5 ||
-		c.MaxAttempts != 3 || fmt.Sprint(c.RetryDelays) != "[50ms 2s]" || c.MinRetention != time.Hour || c.poolSize() != 6 {
+		c.MaxAttempts != 3 || fmt.Sprint(c.RetryDelays) != "[50ms 2s]" || c.MinRetention != time.Hour || c.PoolSize() != 6 {
 		t.Errorf("config = %+v", c)
 	}
-	_, err = load(env(map[string]string{
+	_, err = config.Load(env(map[string]string{
 		"STOCK_WORKERS": "many", "STOCK_PREFETCH": "0", "STOCK_INBOX_GROUP": "-2", "STOCK_INBOX_TX": "x",
 		"STOCK_MAX_ATTEMPTS": "-1", "STOCK_RETRY_DELAYS": "1s,1.5ms", "LOG_LEVEL": "loud", "INBOX_MIN_RETENTION": "0s",
 		"STOCK_DATABASE_URL": "::bad", "AMQP_URL": "http://u:secret@host/",
-	}), loadServeConfig)
+	}), service.LoadServeConfig)
 	var ve *config.VarError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a *config.VarError", err)
@@ -293,5 +295,51 @@ func TestBadSettingsAreNamed(t *testing.T) {
 				t.Errorf("%v: err = %v, want it to name %s", tt.args, err, want)
 			}
 		}
+	}
+}
+
+// TestDLQReplayDryRunRunsTheConsumersCheck: `stock dlq replay --dry-run` runs stock's
+// own check of a delivery: a dead letter that fails the contract's schema is refused,
+// with the consumer's reason, and stays in stock.events.dlq.
+func TestDLQReplayDryRunRunsTheConsumersCheck(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, dbURL := testkit.NewDatabase(t, migrations.FS)
+	amqpURL := testkit.NewVhost(t)
+	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
+	conn, err := amqp.DialOptions(ctx, amqpURL, amqp.EventTopology(amqp.ConsumerQueue(consumer, []time.Duration{time.Second})),
+		nil, amqp.Options{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ch, err := raw.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.Must(uuid.NewV7())
+	body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"occurred_at":%q,"producer":"order","schema_version":1,"payload":{}}`,
+		id, contracts.EventOrderPlaced, time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	if err := ch.PublishWithContext(ctx, "", contracts.QueueStockDLQ, true, false, amqp091.Publishing{
+		MessageId: id.String(), ContentType: "application/json", DeliveryMode: amqp091.Persistent, Body: []byte(body),
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	vars := env(map[string]string{"STOCK_DATABASE_URL": dbURL, "AMQP_URL": amqpURL})
+	err = run(ctx, []string{"stock", "dlq", "replay", "--dry-run", "--all"}, vars, &out, io.Discard)
+	if err == nil || !strings.Contains(out.String(), "refused") || !strings.Contains(out.String(), "would dead-letter again: ") ||
+		!strings.Contains(out.String(), id.String()) {
+		t.Fatalf("dlq replay --dry-run --all = %q, %v; want %s refused: would dead-letter again: <reason>", out.String(), err, id)
+	}
+	q, err := ch.QueueDeclarePassive(contracts.QueueStockDLQ, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"})
+	if err != nil || q.Messages != 1 {
+		t.Fatalf("%s holds %d messages (%v), want 1", contracts.QueueStockDLQ, q.Messages, err)
 	}
 }

@@ -1,0 +1,134 @@
+package consumerapp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/cli"
+	"example.com/shop/platform/config"
+	"example.com/shop/platform/consumerapp"
+)
+
+var billing = consumerapp.Service{
+	Name: "billing", EnvPrefix: "BILLING_",
+	DatabaseURL: "postgres://postgres@localhost:5432/billing?sslmode=disable", HTTPAddr: ":8099",
+	Workers: 3, InboxGroup: 1,
+}
+
+func getenv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// TestServeConfigNamesTheService: every service variable carries the prefix, the
+// shared ones do not, in the order help lists them, with the service's defaults.
+func TestServeConfigNamesTheService(t *testing.T) {
+	env := config.NewEnv(getenv(nil))
+	c := billing.LoadServeConfig(env)
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range env.Vars() {
+		names = append(names, v.Key)
+	}
+	want := []string{"BILLING_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "BILLING_WORKERS",
+		"BILLING_INBOX_GROUP", "BILLING_INBOX_TX", "BILLING_MAX_ATTEMPTS", "BILLING_RETRY_DELAYS",
+		"INBOX_MIN_RETENTION", "AMQP_REDECLARE_INTERVAL", "BILLING_PREFETCH"}
+	if !slices.Equal(names, want) {
+		t.Errorf("variables read:\n%v\nwant\n%v", names, want)
+	}
+	if c.DatabaseURL != billing.DatabaseURL || c.HTTPAddr != ":8099" || c.Workers != 3 || c.Prefetch != 12 ||
+		c.InboxGroup != 1 || c.InboxTx != 2 || c.MaxAttempts != 5 || c.MinRetention != 168*time.Hour ||
+		c.RedeclareInterval != 5*time.Second || c.PoolSize() != 7 {
+		t.Errorf("defaults: %+v, pool %d", c, c.PoolSize())
+	}
+
+	_, err := config.Load(getenv(map[string]string{"BILLING_WORKERS": "0", "BILLING_RETRY_DELAYS": "1s,x"}), billing.LoadServeConfig)
+	for _, name := range []string{"BILLING_WORKERS", "BILLING_RETRY_DELAYS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad %s: %v, want an error naming it", name, err)
+		}
+	}
+}
+
+// TestToolConfigs: migrate reads the database and the log level, purge-inbox adds
+// the retention, dlq the broker.
+func TestToolConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		read func(*config.Env) consumerapp.ToolConfig
+		want []string
+	}{
+		{billing.LoadMigrateConfig, []string{"BILLING_DATABASE_URL", "LOG_LEVEL"}},
+		{billing.LoadPurgeConfig, []string{"BILLING_DATABASE_URL", "LOG_LEVEL", "INBOX_MIN_RETENTION"}},
+		{billing.LoadDLQConfig, []string{"BILLING_DATABASE_URL", "LOG_LEVEL", "INBOX_MIN_RETENTION", "AMQP_URL"}},
+	} {
+		env := config.NewEnv(getenv(nil))
+		tc.read(env)
+		var names []string
+		for _, v := range env.Vars() {
+			names = append(names, v.Key)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("read %v, want %v", names, tc.want)
+		}
+	}
+}
+
+// TestPurgeInboxRefusesBeforeConnecting: a missing horizon is a usage error and one
+// below INBOX_MIN_RETENTION an error naming it, both before any database is dialled
+// (the URL points nowhere).
+func TestPurgeInboxRefusesBeforeConnecting(t *testing.T) {
+	env := getenv(map[string]string{"BILLING_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"})
+	prog := func(stdout *bytes.Buffer) cli.Program {
+		return cli.Program{Name: "billing", Commands: []cli.Command{billing.PurgeInboxCommand(env, stdout)}}
+	}
+	var out bytes.Buffer
+	err := prog(&out).Run(context.Background(), []string{"billing", "purge-inbox"}, &out)
+	var ue *cli.UsageError
+	if !errors.As(err, &ue) || ue.Help != "purge-inbox" {
+		t.Errorf("no --older-than: %v, want a usage error", err)
+	}
+	err = prog(&out).Run(context.Background(), []string{"billing", "purge-inbox", "--older-than", "1h"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "shorter than INBOX_MIN_RETENTION") {
+		t.Errorf("--older-than 1h: %v, want a refusal naming INBOX_MIN_RETENTION", err)
+	}
+}
+
+// TestDependenciesNeedAContractConsumer: serve's dependencies take the service's
+// queues from the contract, and refuse a name the contract does not know; the dlq
+// command names the contract's dead-letter queue.
+func TestDependenciesNeedAContractConsumer(t *testing.T) {
+	if _, err := billing.NewDeps(consumerapp.ServeConfig{}); err == nil || !strings.Contains(err.Error(), "billing") {
+		t.Errorf("NewDeps of an unknown consumer: %v, want an error naming it", err)
+	}
+	known := billing
+	known.Name = contracts.ConsumerStock
+	deps, err := known.NewDeps(consumerapp.ServeConfig{RetryDelays: []time.Duration{time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deps.Close()
+	var names []string
+	for _, c := range deps.Checks() {
+		names = append(names, c.Name)
+		if err := c.Fn(context.Background()); err == nil {
+			t.Errorf("check %s passes before anything is connected", c.Name)
+		}
+	}
+	if want := []string{"postgres", "rabbitmq", "rabbitmq_retry", "consumer"}; !slices.Equal(names, want) {
+		t.Errorf("checks %v, want %v", names, want)
+	}
+	if err := deps.Consume(nil, nil, nil); err == nil {
+		t.Error("Consume before Connect succeeded")
+	}
+	if err := deps.Run(context.Background()); err == nil {
+		t.Error("Run before Consume succeeded")
+	}
+	if s := known.DLQCommand(getenv(nil), nil, nil).Summary; !strings.HasSuffix(s, contracts.QueueStockDLQ) {
+		t.Errorf("dlq summary %q does not name %s", s, contracts.QueueStockDLQ)
+	}
+}

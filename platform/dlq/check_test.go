@@ -1,0 +1,150 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/contracts"
+	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/inbox"
+)
+
+// contractEvent is a valid order-placed envelope, as the relay publishes it.
+func contractEvent(t *testing.T) (uuid.UUID, []byte) {
+	t.Helper()
+	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "c-1", contracts.OrderPlaced{
+		OrderID: uuid.Must(uuid.NewV7()), CustomerID: uuid.New(), Version: 2,
+		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.EventID, body
+}
+
+// TestContractCheckDecidesAsTheInbox: for each delivery the consumer's inbox
+// dead-letters before any database write, ContractCheck gives a reason, and for a
+// valid one it gives none; the inbox here has no database, so it can only answer
+// for the first kind.
+func TestContractCheckDecidesAsTheInbox(t *testing.T) {
+	t.Parallel()
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
+	check := ContractCheck(v, consumer)
+	ib := inbox.New(nil, consumer.Name, v, nil, nil)
+	id, body := contractEvent(t)
+	twice := strings.Replace(string(body), `"event_id":`, `"event_id":"`+uuid.NewString()+`","event_id":`, 1)
+	for name, d := range map[string]amqp091.Delivery{
+		"not JSON":             {Body: []byte(`{"event_id":`), MessageId: id.String()},
+		"schema":               {Body: []byte(strings.Replace(string(body), `"quantity":"1.000"`, `"quantity":"-1"`, 1))},
+		"content type":         {Body: body, ContentType: "text/plain"},
+		"message id":           {Body: body, MessageId: uuid.NewString()},
+		"event_id given twice": {Body: []byte(twice), MessageId: uuid.NewString()},
+	} {
+		reason := check(d)
+		got := ib.HandleDelivery(context.Background(), amqp.Delivery{Body: d.Body, MessageID: d.MessageId, ContentType: d.ContentType})
+		if reason == nil || !errors.Is(got, amqp.ErrPermanent) {
+			t.Errorf("%s: check %v, inbox %v: want both to refuse", name, reason, got)
+		}
+	}
+	for name, d := range map[string]amqp091.Delivery{
+		"valid":                     {Body: body, MessageId: id.String(), ContentType: "application/json"},
+		"event_id twice, last kept": {Body: []byte(twice), MessageId: id.String()},
+	} {
+		if err := check(d); err != nil {
+			t.Errorf("%s: %v, want nil", name, err)
+		}
+	}
+}
+
+// TestReplayDryRunRunsTheConsumersCheck: a dead letter that fails the contract is
+// not "apply": replay --dry-run says it would be dead-lettered again and why, and
+// replay refuses it (keeping it) unless --force, while a valid one is replayed.
+func TestReplayDryRunRunsTheConsumersCheck(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
+	f.cfg.Check = ContractCheck(v, consumer)
+	f.consume(t, func() bool { return true })
+	good, goodBody := contractEvent(t)
+	bad, badBody := contractEvent(t)
+	badBody = []byte(strings.Replace(string(badBody), `"quantity":"1.000"`, `"quantity":"-1"`, 1))
+	f.publish(t,
+		amqp.Message{RoutingKey: testKey, MessageID: good.String(), Body: goodBody},
+		amqp.Message{RoutingKey: testKey, MessageID: bad.String(), Body: badBody})
+	eventually(t, "2 dead letters", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 2 })
+
+	out, err := f.run(t, "replay", "--dry-run", "--all")
+	lines := map[uuid.UUID]string{}
+	for _, l := range strings.Split(out, "\n") {
+		for _, id := range []uuid.UUID{good, bad} {
+			if strings.Contains(l, id.String()) {
+				lines[id] = l
+			}
+		}
+	}
+	if err == nil || !strings.Contains(lines[good], "would replay") || !strings.Contains(lines[good], VerdictApply) {
+		t.Errorf("dry run, valid event: %q (%v); want would replay, apply", lines[good], err)
+	}
+	if !strings.Contains(lines[bad], "refused") || !strings.Contains(lines[bad], "would dead-letter again: ") ||
+		!strings.Contains(lines[bad], "quantity") || strings.Contains(lines[bad], VerdictApply) {
+		t.Errorf("dry run, invalid event: %q; want refused, would dead-letter again: <reason naming quantity>", lines[bad])
+	}
+	if n := f.depth(t, f.cfg.DeadLetterQueue); n != 2 {
+		t.Fatalf("dry run changed something: %d in the dead-letter queue", n)
+	}
+	if out, err := f.run(t, "replay", bad.String()); err == nil || !strings.Contains(out, "refused") {
+		t.Errorf("replay of the invalid event = %q, %v; want refused", out, err)
+	}
+	if out, err := f.run(t, "replay", "--dry-run", "--force", bad.String()); err != nil ||
+		!strings.Contains(out, "would replay") || !strings.Contains(out, "would dead-letter again: ") {
+		t.Errorf("replay --dry-run --force = %q, %v; want would replay, saying it would dead-letter again", out, err)
+	}
+	if n := f.depth(t, f.cfg.DeadLetterQueue); n != 2 || f.resolution(t, bad.String()) != "open" {
+		t.Fatalf("refused message moved: %d left", n)
+	}
+}
+
+// TestIdentifyReadsAsTheStrictDecoder: the event_id that list shows and that
+// dead_letter records is the one the consumer's strict decoder reads (and the inbox
+// keys on): a member given twice counts with its last value, and a member whose name
+// differs only in case is another member, not event_id.
+func TestIdentifyReadsAsTheStrictDecoder(t *testing.T) {
+	t.Parallel()
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, body := contractEvent(t)
+	other := uuid.Must(uuid.NewV7())
+	twice := []byte(strings.Replace(string(body), `"event_id":`, `"event_id":"`+other.String()+`","event_id":`, 1))
+	env, err := v.Decode(twice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Identify(twice, "", ""); got.EventID != env.EventID || got.Key != env.EventID.String() {
+		t.Errorf("event_id given twice: Identify %s, the strict decoder %s", got.EventID, env.EventID)
+	}
+	mixed := []byte(`{"event_id":"` + id.String() + `","Event_ID":"` + other.String() + `","event_name":"x","occurred_at":"2026-01-02T03:04:05.000Z"}`)
+	if got := Identify(mixed, "m", "t"); got.EventID != id || got.EventName != "x" {
+		t.Errorf("event_id and Event_ID: Identify %+v, want event_id %s", got, id)
+	}
+}
