@@ -161,7 +161,11 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // acknowledgements. Each delivery is settled exactly once, on the channel
 // it came from, after its handler returned:
 //
-//   - nil: ack.
+//   - nil: ack. The acks of a contiguous run of settled deliveries go out
+//     as one basic.ack with multiple set, naming the last acked one, and
+//     never past a delivery that is still being handled or was left
+//     unsettled: after a crash it and every later delivery come back
+//     (docs/architecture.md, rule 3).
 //   - an error wrapping ErrPermanent: dead-lettered at once. With
 //     DeadLetterQueue set, OnDeadLetter records it, a copy (body and
 //     properties intact, headers x-last-error, x-attempt and
@@ -424,9 +428,10 @@ func (c *Consumer) session(ctx, hctx context.Context) (subscribed bool, err erro
 
 	stop := make(chan struct{})
 	unavailable := make(chan error, 1)
+	acks := newAcker(ch)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { c.work(hctx, stop, deliveries, unavailable) })
+		wg.Go(func() { c.work(hctx, stop, deliveries, acks, unavailable) })
 	}
 	c.setReady(nil)
 
@@ -466,8 +471,9 @@ func (c *Consumer) cancel(ch *amqp091.Channel, tag string) {
 // work handles deliveries until stop is closed or the subscription ends.
 // It takes no new delivery once stop is closed. A delivery that failed for
 // an unavailable dependency is left unsettled and its cause sent to
-// unavailable (if that is free), which pauses the session.
-func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery, unavailable chan<- error) {
+// unavailable (if that is free), which pauses the session. Every delivery is
+// settled through acks, which acknowledges contiguous runs together.
+func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-chan amqp091.Delivery, acks *acker, unavailable chan<- error) {
 	for {
 		select {
 		case <-stop:
@@ -481,6 +487,7 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 			if !ok {
 				return
 			}
+			d.Acknowledger = acks
 			if cause := c.process(ctx, &d); cause != nil {
 				select {
 				case unavailable <- cause:

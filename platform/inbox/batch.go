@@ -29,13 +29,16 @@ type Option func(*Inbox)
 // Each event still follows docs/architecture.md, rule 3: its key and its handlers' effects are in
 // the same transaction, and Process returns only after that transaction committed.
 // Within a group, keys are inserted in key order (so groups never deadlock on each
-// other's keys), then the handlers of each new event run. When a handler fails, the
-// group is rolled back: that event gets the handler's error (and is retried by the
-// runtime), the others are processed again, each in a transaction of its own. Any
-// other failure of the group (a deadlock or serialization failure, even one a handler
-// reported, a lost connection) has them all processed again one by one. A copy of an
-// event that appears twice in one group is a duplicate of the first (or a conflict,
-// when its content differs). Counters and content checks are those of Consumer.Handle.
+// other's keys), then the Handlers of each new event run in the group's order, and
+// each GroupHandler once, with the new events of its name (RegisterGroup). When one
+// event fails (a Handler's error, a GroupHandler's EventFailed, or a GroupHandler's
+// error for a single event), the group is rolled back: that event gets the error
+// (and is retried by the runtime), the others are committed again as a group
+// without it. Any other failure of the group (a deadlock or serialization failure,
+// even one a handler reported, a lost connection, a GroupHandler's error for
+// several events) has them all processed again one by one. A copy of an event
+// that appears twice in one group is a duplicate of the first (or a conflict, when
+// its content differs). Counters and content checks are those of Consumer.Handle.
 //
 // Group commit pays off when many deliveries are handled at once (consumer workers well
 // above maxTx) and the disk's flush dominates the cost of an event.
@@ -66,7 +69,7 @@ type request struct {
 	span     trace.Span // the event's inbox span, parent of its handlers' spans
 	env      contracts.Envelope
 	msg      Message
-	handlers []Handler
+	handlers route
 	done     chan struct{} // closed when dup and err are set
 	lead     chan struct{} // receives the lead (buffered 1)
 	led      bool          // the lead was given to it; guarded by batcher.mu
@@ -88,7 +91,7 @@ func (r *request) finished() bool {
 	}
 }
 
-func (b *batcher) submit(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (bool, error) {
+func (b *batcher) submit(ctx context.Context, env contracts.Envelope, m Message, handlers route) (bool, error) {
 	r := &request{span: trace.SpanFromContext(ctx), env: env, msg: m, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
@@ -156,9 +159,6 @@ func (b *batcher) handOff() {
 	b.leaders--
 }
 
-// errGroupFailed stops a group whose failure is attributed to one request.
-var errGroupFailed = errors.New("group member failed")
-
 // commit processes group in one transaction, falling back to one transaction per
 // request when the group fails.
 func (b *batcher) commit(ctx context.Context, group []*request) {
@@ -205,6 +205,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		if err != nil {
 			return err
 		}
+		var sets []*groupSet // the new events of each GroupHandler, in order of first appearance
 		for n, r := range group {
 			sum := sha256.Sum256(r.msg.Content)
 			if !fresh[r.msg.Key] {
@@ -221,12 +222,37 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 				continue
 			}
 			delete(fresh, r.msg.Key) // a later copy in this group is a duplicate
-			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers); err != nil {
-				if isContention(err) {
-					return err // the group's own conflict: every member is redone alone
-				}
+			if r.handlers.group != nil {
+				sets = addToSet(sets, r.env.EventName, r.handlers.group, n, r)
+				continue
+			}
+			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers.handlers); err != nil {
 				failed, failedErr = n, err
-				return errGroupFailed
+				return err
+			}
+		}
+		for _, set := range sets {
+			err := i.runGroup(ctx, tx, set.envs, set.spans, set.h)
+			var ef *eventFailure
+			switch {
+			case err == nil:
+			case isContention(err):
+				return err
+			case errors.As(err, &ef):
+				failed, failedErr = set.members[ef.index], ef.err
+				return err
+			case len(set.members) == 1:
+				failed, failedErr = set.members[0], err
+				return err
+			default:
+				return err // not attributed: every member is redone alone
+			}
+			for _, n := range set.members {
+				r := group[n]
+				if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers.handlers); err != nil {
+					failed, failedErr = n, err
+					return err
+				}
 			}
 		}
 		return nil
@@ -238,13 +264,45 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		}
 		return
 	}
-	for n, r := range group {
-		if n == failed && errors.Is(err, errGroupFailed) {
-			r.finish(i.record(r.msg.Key, failedErr))
-			continue
-		}
+	if failed >= 0 && !isContention(failedErr) {
+		// One member failed: it gets its error, the others are committed again
+		// without it (a smaller group, which may fail again and shrink once more).
+		r := group[failed]
+		r.finish(i.record(r.msg.Key, failedErr))
+		b.commit(ctx, slices.Delete(slices.Clone(group), failed, failed+1))
+		return
+	}
+	for _, r := range group {
 		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.env, r.msg, r.handlers))
 	}
+}
+
+// groupSet is the new events of one GroupHandler in a group.
+type groupSet struct {
+	name    string
+	h       GroupHandler
+	members []int // indexes in the group
+	envs    []contracts.Envelope
+	spans   []trace.Span
+}
+
+// addToSet adds member n, request r, to the set of its event name.
+func addToSet(sets []*groupSet, name string, h GroupHandler, n int, r *request) []*groupSet {
+	var set *groupSet
+	for _, s := range sets {
+		if s.name == name {
+			set = s
+			break
+		}
+	}
+	if set == nil {
+		set = &groupSet{name: name, h: h}
+		sets = append(sets, set)
+	}
+	set.members = append(set.members, n)
+	set.envs = append(set.envs, r.env)
+	set.spans = append(set.spans, r.span)
+	return sets
 }
 
 // errDup marks a duplicate member of a committed group.

@@ -64,7 +64,8 @@ func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 	case duplicate:
 		i.eventLogger(env).LogAttrs(ctx, slog.LevelInfo, "duplicate event skipped",
 			slog.String("event_name", env.EventName), slog.Int("attempt", d.Attempt), slog.Bool("redelivered", d.Redelivered))
-	default:
+	case i.logger.Enabled(ctx, slog.LevelDebug):
+		// Checked first: the event's logger costs allocations on every delivery.
 		i.eventLogger(env).LogAttrs(ctx, slog.LevelDebug, "event processed", slog.String("event_name", env.EventName))
 	}
 	return nil

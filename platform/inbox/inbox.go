@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/contracts"
@@ -49,6 +50,45 @@ import (
 // event is processed again on its next delivery. Handlers must not call the network
 // (a broker, another service) inside tx.
 type Handler func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error
+
+// GroupHandler applies the effects of one or more new events of one event name in
+// tx, the transaction that also holds their processed_event keys: envs are in the
+// order their deliveries reached the group, and none of them is a duplicate. It
+// lets a handler write the effects of many events in a few set-based statements
+// (one multi-row statement instead of one per event) where a Handler makes a round
+// trip per statement and event. The rules of Handler apply: all work through tx, no
+// commit or rollback, no network call.
+//
+// Its error decides what happens to the events (docs/architecture.md, rule 3):
+//
+//   - nil: every event's effect is written; they commit with their keys.
+//   - an error made by EventFailed(n, err): event envs[n] alone fails with err
+//     (retried, or dead-lettered when err is permanent); the transaction is rolled
+//     back and the other events are committed again without it.
+//   - any other error: when envs holds one event, that event fails with it; when it
+//     holds several, the transaction is rolled back and each event is processed
+//     again alone (a call with one event), so the error is attributed to the event
+//     that causes it.
+//
+// A call with one event is also how an Inbox without group commit runs it.
+type GroupHandler func(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error
+
+// EventFailed returns the error a GroupHandler returns to fail envs[n] alone with
+// err: for example a payload that can never be applied (wrap ErrPermanent in err).
+func EventFailed(n int, err error) error {
+	return &eventFailure{index: n, err: err}
+}
+
+// eventFailure is the error of EventFailed.
+type eventFailure struct {
+	index int
+	err   error
+}
+
+func (e *eventFailure) Error() string {
+	return fmt.Sprintf("event %d of the group: %v", e.index, e.err)
+}
+func (e *eventFailure) Unwrap() error { return e.err }
 
 // Errors returned by Process before any transaction is opened. An event that fails with
 // one of them can never succeed (Permanent reports them), and HandleDelivery
@@ -76,9 +116,18 @@ type Inbox struct {
 	tracer    trace.Tracer
 	spanName  string // "inbox <consumer>"
 
-	mu       sync.RWMutex
-	handlers map[string][]Handler
+	mu     sync.RWMutex
+	routes map[string]route
 }
+
+// route is what runs for one event name: its GroupHandler if any, then its
+// Handlers in order.
+type route struct {
+	handlers []Handler
+	group    GroupHandler
+}
+
+func (r route) empty() bool { return len(r.handlers) == 0 && r.group == nil }
 
 // New returns an Inbox that records keys as consumer (for example "stock") in mode
 // Skip in the processed_event table of pool's database, decodes deliveries with v,
@@ -97,7 +146,7 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 		consumer:  NewConsumer(Config{Name: consumer, Logger: logger, Registerer: reg}),
 		validator: v,
 		logger:    logger.With("consumer", consumer),
-		handlers:  make(map[string][]Handler),
+		routes:    make(map[string]route),
 		tracer:    defaultTracer(),
 		spanName:  "inbox " + consumer,
 	}
@@ -111,21 +160,40 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 func (i *Inbox) Consumer() string { return i.consumer.name }
 
 // Register adds h to the handlers of eventName. Handlers of one event run in the order
-// they were registered, all in one transaction. Register panics on a nil h, a
-// programming error.
+// they were registered, all in one transaction, after the event's GroupHandler if it
+// has one. Register panics on a nil h, a programming error.
 func (i *Inbox) Register(eventName string, h Handler) {
 	if h == nil {
 		panic("inbox: Register with a nil handler for " + eventName)
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.handlers[eventName] = append(i.handlers[eventName], h)
+	r := i.routes[eventName]
+	r.handlers = append(r.handlers, h)
+	i.routes[eventName] = r
 }
 
-func (i *Inbox) handlersFor(eventName string) []Handler {
+// RegisterGroup makes h the first handler of eventName: with group commit
+// (WithGroupCommit) the new events of that name in one group are given to one call
+// of h, otherwise each event to a call of its own; Handlers registered for the name
+// afterwards run after it, for each event. RegisterGroup panics on a nil h or a name
+// that has a handler already, programming errors.
+func (i *Inbox) RegisterGroup(eventName string, h GroupHandler) {
+	if h == nil {
+		panic("inbox: RegisterGroup with a nil handler for " + eventName)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if !i.routes[eventName].empty() {
+		panic("inbox: RegisterGroup for " + eventName + ", which has a handler already")
+	}
+	i.routes[eventName] = route{group: h}
+}
+
+func (i *Inbox) routeFor(eventName string) route {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	return i.handlers[eventName]
+	return i.routes[eventName]
 }
 
 // message is the inbox Message of env: its event_id as text, its compact JSON as
@@ -159,8 +227,8 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 	if env.EventID == uuid.Nil {
 		return false, fmt.Errorf("inbox %s: %s: %w", i.consumer.name, env.EventName, ErrNoEventID)
 	}
-	handlers := i.handlersFor(env.EventName)
-	if len(handlers) == 0 {
+	handlers := i.routeFor(env.EventName)
+	if handlers.empty() {
 		return false, fmt.Errorf("inbox %s: event %s (%s): %w", i.consumer.name, env.EventID, env.EventName, ErrNoHandler)
 	}
 	m, err := message(env)
@@ -176,11 +244,51 @@ func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate 
 }
 
 // processOne handles env in a transaction of its own.
-func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, m Message, handlers []Handler) (duplicate bool, err error) {
+func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, m Message, handlers route) (duplicate bool, err error) {
 	out, err := i.consumer.Handle(ctx, i.pool, m, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		return nil, i.runHandlers(ctx, tx, env, handlers)
+		if handlers.group != nil {
+			err := i.runGroup(ctx, tx, []contracts.Envelope{env}, []trace.Span{trace.SpanFromContext(ctx)}, handlers.group)
+			if err != nil {
+				return nil, err
+			}
+		}
+		return nil, i.runHandlers(ctx, tx, env, handlers.handlers)
 	})
 	return out.Duplicate, err
+}
+
+// runGroup runs h over envs in tx, each event in a span "handle <event name>" that
+// covers the call, below the event's inbox span in parents. The error of an
+// EventFailed for the only event is returned as the plain error.
+func (i *Inbox) runGroup(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope, parents []trace.Span, h GroupHandler) error {
+	spans := make([]trace.Span, len(envs))
+	hctx := ctx
+	for n := range envs {
+		var sctx context.Context
+		sctx, spans[n] = i.tracer.Start(trace.ContextWithSpan(ctx, parents[n]), "handle "+envs[n].EventName)
+		if n == 0 {
+			hctx = sctx
+		}
+	}
+	err := h(hctx, tx, envs)
+	var ef *eventFailure
+	for n, span := range spans {
+		if err != nil && (!errors.As(err, &ef) || ef.index == n) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.As(err, &ef) && (ef.index < 0 || ef.index >= len(envs)) {
+		return fmt.Errorf("handler of %s: EventFailed(%d) for a group of %d: %w", envs[0].EventName, ef.index, len(envs), ef.err)
+	}
+	if len(envs) == 1 && ef != nil {
+		err = ef.err
+	}
+	return fmt.Errorf("handler of %s: %w", envs[0].EventName, err)
 }
 
 // runHandlers runs every handler of env in tx, stopping at the first error.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 // measureConsumer measures, for DefaultWorkers and then TunedWorkers: the
 // raw database limit with that many workers, then the real stock consumer
 // (bin/stock serve with STOCK_WORKERS set) draining ConsumerEvents placed
-// events, each on a fresh stock database and the consumer on a fresh vhost.
+// events, each on a fresh stock database and the consumer on a fresh vhost;
+// then the consumer at its default settings (no STOCK_* variable), which is
+// compared with the better raw run.
 func (e *env) measureConsumer(ctx context.Context) error {
 	s := e.cfg.Sizes
 	for _, run := range []struct {
@@ -66,28 +70,80 @@ func (e *env) measureConsumer(ctx context.Context) error {
 		e.results.set(cpuStockName(run.workers), stockCPU.ms(), "CPU per event: "+stockCPU.String())
 		e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuStockName(run.workers), stockCPU.ms(), stockCPU)
 	}
+	// The consumer at its defaults: no STOCK_* setting at all.
+	dbURL, err := e.cloneDatabase(ctx, tplStock, "consumer-defaults")
+	if err != nil {
+		return err
+	}
+	amqpURL, err := e.vhostURL("consumer-defaults")
+	if err != nil {
+		return err
+	}
+	rate, stockCPU, err := e.runStock(ctx, dbURL, amqpURL, 0, s.ConsumerEvents, nil)
+	if err2 := emptyVhost(amqpURL); err2 != nil {
+		e.progress("   %v", err2)
+	}
+	if err != nil {
+		return fmt.Errorf("stock consumer, default settings: %w", err)
+	}
+	e.results.set(consumerDefaultsName, rate, fmt.Sprintf("bin/stock with no STOCK_* setting, %d queued placed events of one line", s.ConsumerEvents))
+	e.progress("   %-28s %10.0f events/s", consumerDefaultsName, rate)
+	e.results.set(cpuStockDefaultsName, stockCPU.ms(), "CPU per event: "+stockCPU.String())
+	e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuStockDefaultsName, stockCPU.ms(), stockCPU)
+
 	// The ceiling of a one-transaction-per-event consumer is the better of the
 	// two raw runs; the consumer is measured at its default settings.
-	consumer, _ := e.results.get(consumerName(s.DefaultWorkers))
 	raw1, _ := e.results.get(rawDBName(s.DefaultWorkers))
 	raw2, _ := e.results.get(rawDBName(s.TunedWorkers))
 	if ceiling := max(raw1, raw2); ceiling > 0 {
-		e.results.set("stock_consumer_vs_db_ceiling", consumer/ceiling, fmt.Sprintf(
-			"%s at the defaults / the better of %s and %s", consumerName(s.DefaultWorkers), rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
-		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", consumer/ceiling)
+		e.results.set("stock_consumer_vs_db_ceiling", rate/ceiling, fmt.Sprintf(
+			"%s / the better of %s and %s", consumerDefaultsName, rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
+		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", rate/ceiling)
 	}
 	return e.measureTracedConsumer(ctx)
 }
 
 // cpuSplit is CPU time per event (or transaction), split between the client
 // process and its PostgreSQL server processes. The broker's share is not in
-// it: the broker is shared with other work on the machine.
-type cpuSplit struct{ client, db time.Duration }
+// the total (ms): the broker is shared with other work on the machine. When
+// the broker runs on this machine its CPU time over the stock run is given
+// beside it (broker, 0 when unknown), an upper bound of what delivering and
+// settling the events cost it.
+type cpuSplit struct{ client, db, broker time.Duration }
 
 func (c cpuSplit) ms() float64 { return float64(c.client+c.db) / float64(time.Millisecond) }
 
 func (c cpuSplit) String() string {
-	return fmt.Sprintf("client %.3f ms + PostgreSQL %.3f ms", float64(c.client)/1e6, float64(c.db)/1e6)
+	s := fmt.Sprintf("client %.3f ms + PostgreSQL %.3f ms", float64(c.client)/1e6, float64(c.db)/1e6)
+	if c.broker > 0 {
+		s += fmt.Sprintf("; broker, shared: %.3f ms", float64(c.broker)/1e6)
+	}
+	return s
+}
+
+// brokerCPU returns the CPU time used so far by the local RabbitMQ node (the
+// oldest beam.smp process), or 0 when there is none.
+func brokerCPU() time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	oldest := 0
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || (oldest != 0 && pid > oldest) {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + d.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
+			oldest = pid
+		}
+	}
+	if oldest != 0 {
+		if cpu, err := processCPU(oldest); err == nil {
+			return cpu
+		}
+	}
+	return 0
 }
 
 // rawDBRate runs workers goroutines for d, each repeating the bare minimum
@@ -186,7 +242,7 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 
 // runStock queues n placed events (one line each) on stock.events of the
 // vhost at amqpURL, then starts bin/stock serve with STOCK_WORKERS=workers
-// on the database at dbURL and waits until it has processed all of them.
+// (unset when workers is 0: its default) on the database at dbURL and waits until it has processed all of them.
 // The rate is taken from the processed_at times of the new processed_event
 // keys, (n-1) / (last - first), so the process's start-up does not count.
 func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int, tracing []string) (float64, cpuSplit, error) {
@@ -215,14 +271,17 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 			"STOCK_DATABASE_URL=" + dbURL,
 			"AMQP_URL=" + amqpURL,
 			"HTTP_ADDR=" + addr,
-			"STOCK_WORKERS=" + strconv.Itoa(workers),
 			"LOG_LEVEL=warn",
 			"OTEL_SDK_DISABLED=" + strconv.FormatBool(tracing == nil),
 		},
 		Addr: addr,
 	}
+	if workers > 0 {
+		p.Env = append(p.Env, "STOCK_WORKERS="+strconv.Itoa(workers))
+	}
 	p.Env = append(p.Env, e.cfg.StockEnv...)
 	p.Env = append(p.Env, tracing...)
+	brokerBefore := brokerCPU()
 	if err := p.Start(); err != nil {
 		return 0, cpu, err
 	}
@@ -258,6 +317,9 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 				return 0, cpu, err
 			}
 			cpu = cpuSplit{client: stockCPU / time.Duration(n), db: dbCPU / time.Duration(n)}
+			if brokerBefore > 0 {
+				cpu.broker = (brokerCPU() - brokerBefore) / time.Duration(n)
+			}
 			return float64(done-1) / span.Seconds(), cpu, nil
 		}
 		if !p.Running() {

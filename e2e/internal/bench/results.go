@@ -86,6 +86,13 @@ func consumerName(workers int) string { return fmt.Sprintf("stock_consumer_w%d",
 func tracedConsumerName(workers int) string {
 	return fmt.Sprintf("stock_consumer_traced_w%d", workers)
 }
+
+// The stock consumer with no STOCK_* setting: its rate and CPU time per event.
+const (
+	consumerDefaultsName = "stock_consumer_defaults"
+	cpuStockDefaultsName = "cpu_ms_per_stock_event_defaults"
+)
+
 func cpuRawName(workers int) string   { return fmt.Sprintf("cpu_ms_per_raw_tx_w%d", workers) }
 func cpuStockName(workers int) string { return fmt.Sprintf("cpu_ms_per_stock_event_w%d", workers) }
 func growthRelayName(rows int) string { return "growth_relay_at_" + sizeLabel(rows) }
@@ -138,11 +145,13 @@ func specs(s Sizes) []spec {
 		{name: tracedConsumerName(s.DefaultWorkers), unit: "events/s", baseline: consumerName(s.DefaultWorkers), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers, traced", s.DefaultWorkers)},
 		{name: rawDBName(s.TunedWorkers), unit: "tx/s", panel: panelThroughput, label: fmt.Sprintf("raw database, %d workers", s.TunedWorkers)},
 		{name: consumerName(s.TunedWorkers), unit: "events/s", baseline: rawDBName(s.TunedWorkers), goal: atLeast(0.5), panel: panelThroughput, label: fmt.Sprintf("stock consumer, %d workers", s.TunedWorkers)},
+		{name: consumerDefaultsName, unit: "events/s", panel: panelThroughput, label: "stock consumer, default settings"},
 		{name: "stock_consumer_vs_db_ceiling", unit: "x", goal: &goal{op: ">=", target: 2}},
 		{name: cpuRawName(s.DefaultWorkers), unit: "ms"},
 		{name: cpuStockName(s.DefaultWorkers), unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
 		{name: cpuRawName(s.TunedWorkers), unit: "ms"},
 		{name: cpuStockName(s.TunedWorkers), unit: "ms", baseline: cpuRawName(s.TunedWorkers)},
+		{name: cpuStockDefaultsName, unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
 	}...)
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}

@@ -6,6 +6,7 @@ package inboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"sync"
 	"testing"
@@ -50,6 +51,7 @@ func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 		{"ConcurrentDuplicateWaitsThenProcessesAfterRollback", testConcurrentRollback},
 		{"RacingDuplicatesHaveOneEffectEach", testRacing},
 		{"OneFailingEventAmongConcurrentOnesFailsAlone", testFailingAmongMany},
+		{"GroupHandlerAppliesConcurrentEventsOnceAndFailsOneAlone", testGroupHandler},
 		{"ConsumersAreIndependent", testConsumers},
 		{"UnprocessableEventTouchesNothing", testUnprocessable},
 		{"PurgeDeletesOnlyOldKeysOfTheConsumer", testPurge},
@@ -374,6 +376,52 @@ func testFailingAmongMany(t *testing.T, s *suite) {
 	}
 	if k, e := s.keys(t, "c", bad), s.effects(t, bad); k != 0 || e != 0 {
 		t.Errorf("failing event: keys = %d, effects = %d; want 0, 0", k, e)
+	}
+}
+
+// testGroupHandler processes 24 events twice each, concurrently, through a
+// GroupHandler (called with one event at a time without group commit, with several
+// with it) that refuses one of them with EventFailed: each other event is applied
+// once, and both copies of the refused one fail with its permanent error.
+func testGroupHandler(t *testing.T, s *suite) {
+	const events = 24
+	envs := make([]contracts.Envelope, events)
+	for n := range envs {
+		envs[n] = envelope(t)
+	}
+	bad := envs[events/3].EventID
+	ib := s.inbox("c", nil)
+	ib.RegisterGroup(contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, group []contracts.Envelope) error {
+		ids := make([]uuid.UUID, len(group))
+		for n, env := range group {
+			if env.EventID == bad {
+				return inbox.EventFailed(n, fmt.Errorf("refused: %w", inbox.ErrPermanent))
+			}
+			ids[n] = env.EventID
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO inboxtest_effect (event_id, handler) SELECT unnest($1::uuid[]), 1`, ids)
+		return err
+	})
+	errs := make([]error, 2*events)
+	var wg sync.WaitGroup
+	for n := range errs {
+		wg.Go(func() { _, errs[n] = ib.Process(s.ctx, envs[n%events]) })
+	}
+	wg.Wait()
+	for n, err := range errs {
+		if envs[n%events].EventID == bad {
+			if !inbox.Permanent(err) {
+				t.Errorf("refused event: err = %v, want a permanent error", err)
+			}
+		} else if err != nil {
+			t.Errorf("event %d: %v", n%events, err)
+		}
+	}
+	if k, e := s.count(t, `SELECT count(*) FROM processed_event`), s.count(t, `SELECT count(*) FROM inboxtest_effect`); k != events-1 || e != events-1 {
+		t.Errorf("keys = %d, effects = %d; want %d each", k, e, events-1)
+	}
+	if got := s.count(t, `SELECT count(DISTINCT event_id) FROM inboxtest_effect`); got != events-1 {
+		t.Errorf("distinct events with an effect = %d, want %d", got, events-1)
 	}
 }
 

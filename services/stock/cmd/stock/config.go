@@ -8,13 +8,14 @@ import "example.com/shop/platform/consumerapp"
 // own variables start with STOCK_ (STOCK_DATABASE_URL, STOCK_WORKERS,
 // STOCK_PREFETCH, STOCK_INBOX_GROUP, STOCK_INBOX_TX, STOCK_MAX_ATTEMPTS,
 // STOCK_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
-// The defaults: the local stock database, HTTP on :8082, 32 workers, inbox group
-// 16 (group commit on: one WAL flush commits many reservations).
+// The defaults: the local stock database, HTTP on :8082, 256 workers, inbox group
+// 128 (group commit on: one WAL flush and a few statements commit many
+// reservations; many workers let the groups fill, docs/performance.md).
 var service = consumerapp.Service{
 	Name:        name,
 	EnvPrefix:   "STOCK_",
 	DatabaseURL: "postgres://postgres@localhost:5432/stock?sslmode=disable",
 	HTTPAddr:    ":8082",
-	Workers:     32,
-	InboxGroup:  16,
+	Workers:     256,
+	InboxGroup:  128,
 }

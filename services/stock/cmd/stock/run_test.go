@@ -231,8 +231,8 @@ func TestPurgeInbox(t *testing.T) {
 	}
 }
 
-// TestConfig: stock keeps its defaults (database, port :8082, 32 workers, inbox group
-// commit 16 x 2), reads every variable, and names every bad one.
+// TestConfig: stock keeps its defaults (database, port :8082, 256 workers, inbox group
+// commit 128 x 2), reads every variable, and names every bad one.
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(nil), service.LoadServeConfig)
@@ -240,8 +240,8 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/stock?sslmode=disable" || c.AMQPURL != config.DefaultAMQPURL ||
-		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 32 || c.Prefetch != 128 ||
-		c.InboxGroup != 16 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
+		c.HTTPAddr != ":8082" || c.LogLevel != slog.LevelInfo || c.Workers != 256 || c.Prefetch != 1024 ||
+		c.InboxGroup != 128 || c.InboxTx != 2 || c.MaxAttempts != 5 || fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" ||
 		c.MinRetention != 168*time.Hour || c.RedeclareInterval != 5*time.Second || c.PoolSize() != 6 {
 		t.Errorf("defaults = %+v", c)
 	}

@@ -6,7 +6,6 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -24,74 +23,92 @@ const Consumer = contracts.ConsumerStock
 
 // Register adds the stock handlers to in: order.order.placed.v1 reserves every line
 // of the order, order.order.cancelled.v1 releases them, each only when its version wins
-// store.ApplyStatus (docs/architecture.md, rule 4). Stale events are logged to logger at
-// info level (nil discards) and acknowledged: they are not failures. A payload that
-// does not decode, or a change that can never apply, is an error wrapping
-// inbox.ErrPermanent (dead-lettered at once); a database error is returned as it is,
-// for the inbox to retry or to wait out (rule 3).
+// store.ApplyStatus (docs/architecture.md, rule 4). Both are inbox.GroupHandlers: with
+// group commit, the events of one name in a group are applied by a few set-based
+// statements (store.ApplyPlaced, store.ApplyCancelled). Stale events are logged to
+// logger at info level (nil discards) and acknowledged: they are not failures. A
+// payload that does not decode, or a change that can never apply, fails its event
+// alone with an error wrapping inbox.ErrPermanent (dead-lettered at once); a database
+// error is returned as it is, for the inbox to retry or to wait out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := handlers{logger: logger}
-	in.Register(contracts.EventOrderPlaced, h.placed)
-	in.Register(contracts.EventOrderCancelled, h.cancelled)
+	in.RegisterGroup(contracts.EventOrderPlaced, h.placed)
+	in.RegisterGroup(contracts.EventOrderCancelled, h.cancelled)
 }
 
 type handlers struct {
 	logger *slog.Logger
 }
 
-// placed reserves each line of the order (one reservation row per line, UUID v7 ids)
-// when the event's version wins; a stale event (its order already cancelled at a newer
+// placed reserves each line of each order (one reservation row per line, UUID v7 ids)
+// whose event's version wins; a stale event (its order already cancelled at a newer
 // version) reserves nothing.
-func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.OrderPlaced
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
+func (h handlers) placed(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error {
+	ps := make([]store.Placed, len(envs))
+	for n, env := range envs {
+		var p contracts.OrderPlaced
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return inbox.EventFailed(n, fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err))
+		}
+		c := stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusPlaced, Version: p.Version}
+		if err := c.Validate(); err != nil {
+			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err))
+		}
+		lines := make([]stock.Line, len(p.Lines))
+		for k, l := range p.Lines {
+			lines[k] = stock.Line{ProductID: l.ProductID, Quantity: l.Quantity}
+		}
+		rs, err := stock.Reserve(p.OrderID, lines)
+		if err != nil {
+			return inbox.EventFailed(n, err)
+		}
+		ps[n] = store.Placed{Change: c, Reservations: rs}
 	}
-	won, err := h.apply(ctx, tx, env, stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusPlaced, Version: p.Version})
-	if err != nil || !won {
-		return err
-	}
-	lines := make([]stock.Line, len(p.Lines))
-	for n, l := range p.Lines {
-		lines[n] = stock.Line{ProductID: l.ProductID, Quantity: l.Quantity}
-	}
-	rs, err := stock.Reserve(p.OrderID, lines)
+	won, err := store.ApplyPlaced(ctx, tx, ps)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", contracts.EventOrderPlaced, err)
 	}
-	return store.Reserve(ctx, tx, rs)
+	for n, w := range won {
+		if !w {
+			h.stale(ctx, envs[n], ps[n].Change)
+		}
+	}
+	return nil
 }
 
-// cancelled releases the order's reservations (marks them released) when the event's version wins.
-func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.OrderCancelled
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
+// cancelled releases the reservations of each order (marks them released) whose
+// event's version wins.
+func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error {
+	cs := make([]stock.StatusChange, len(envs))
+	for n, env := range envs {
+		var p contracts.OrderCancelled
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return inbox.EventFailed(n, fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err))
+		}
+		cs[n] = stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusCancelled, Version: p.Version}
+		if err := cs[n].Validate(); err != nil {
+			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err))
+		}
 	}
-	won, err := h.apply(ctx, tx, env, stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusCancelled, Version: p.Version})
-	if err != nil || !won {
-		return err
+	won, err := store.ApplyCancelled(ctx, tx, cs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", contracts.EventOrderCancelled, err)
 	}
-	return store.Release(ctx, tx, p.OrderID)
+	for n, w := range won {
+		if !w {
+			h.stale(ctx, envs[n], cs[n])
+		}
+	}
+	return nil
 }
 
-// apply runs store.ApplyStatus for c and reports whether c won. Only the payload
-// version orders changes; env.EventID and env.OccurredAt play no part.
-func (h handlers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, c stock.StatusChange) (bool, error) {
-	applied, err := store.ApplyStatus(ctx, tx, c)
-	if errors.Is(err, stock.ErrInvalidChange) {
-		return false, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
-	}
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", env.EventName, err)
-	}
-	if !applied {
-		logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
-			"stale order event ignored: a version at least as new is already recorded",
-			slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
-	}
-	return applied, nil
+// stale logs an event whose change lost to a version at least as new. Only the
+// payload version orders changes; env.EventID and env.OccurredAt play no part.
+func (h handlers) stale(ctx context.Context, env contracts.Envelope, c stock.StatusChange) {
+	logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
+		"stale order event ignored: a version at least as new is already recorded",
+		slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
 }

@@ -24,9 +24,9 @@ import (
 
 // The defaults of bin/stock serve (cmd/stock/spec.go), used unless a test says otherwise.
 const (
-	serviceWorkers = 32 // STOCK_WORKERS
-	serviceGroup   = 16 // STOCK_INBOX_GROUP
-	serviceTx      = 2  // STOCK_INBOX_TX
+	serviceWorkers = 256 // STOCK_WORKERS
+	serviceGroup   = 128 // STOCK_INBOX_GROUP
+	serviceTx      = 2   // STOCK_INBOX_TX
 )
 
 // testDelays are the retry delays of the test topology: short, so retries come back fast.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"example.com/shop/services/stock/internal/stock"
 )
@@ -102,6 +103,171 @@ WHERE order_id = $1 AND status = 'held'`
 	}
 	return nil
 }
+
+// Placed is the effect of one placed event: its status change and the reservations
+// that hold its lines when the change wins.
+type Placed struct {
+	Change       stock.StatusChange // Status is stock.StatusPlaced
+	Reservations []stock.Reservation
+}
+
+// placeOrders is upsertStatus for many orders of one round (no order twice), in
+// order id order so that concurrent transactions lock the rows in one order, with
+// the reservations of the changes that won inserted by the same statement. The
+// reservations wait for the row lock of their order like the upsert: an event of
+// the same order in a concurrent transaction has committed or rolled back first.
+const placeOrders = `
+WITH won AS (
+	INSERT INTO order_status AS s (order_id, status, version, updated_at)
+	SELECT c.order_id, 'placed', c.version, now()
+	FROM unnest($1::uuid[], $2::int[]) AS c(order_id, version)
+	ORDER BY c.order_id
+	ON CONFLICT (order_id) DO UPDATE
+	SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+	WHERE s.version < EXCLUDED.version
+	RETURNING s.order_id
+), reserved AS (
+	INSERT INTO reservation (id, order_id, line_no, product_id, quantity)
+	SELECT r.id, r.order_id, r.line_no, r.product_id, r.quantity::numeric
+	FROM unnest($3::uuid[], $4::uuid[], $5::int[], $6::uuid[], $7::text[]) AS r(id, order_id, line_no, product_id, quantity)
+	WHERE r.order_id IN (SELECT order_id FROM won)
+)
+SELECT order_id FROM won`
+
+// ApplyPlaced records the placed changes ps in tx, each as ApplyStatus would (rule 4
+// of docs/architecture.md: only a newer version wins), and inserts the reservations
+// of each change that won, in set-based statements: one per round of distinct
+// orders, so one statement for events of different orders. Changes of one order
+// apply in the order of ps. won[n] reports whether ps[n] won.
+//
+// It returns an error wrapping stock.ErrInvalidChange when a change can never be
+// applied (nothing written), and the database error otherwise, for the whole of ps.
+// The caller owns tx.
+func ApplyPlaced(ctx context.Context, tx pgx.Tx, ps []Placed) (won []bool, err error) {
+	for _, p := range ps {
+		if err := p.Change.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	won = make([]bool, len(ps))
+	for _, round := range rounds(len(ps), func(n int) uuid.UUID { return ps[n].Change.OrderID }) {
+		var (
+			orders   = make([]pgtype.UUID, len(round))
+			versions = make([]int32, len(round))
+			ids      []pgtype.UUID
+			rOrders  []pgtype.UUID
+			lineNos  []int32
+			products []pgtype.UUID
+			qty      []string
+		)
+		for k, n := range round {
+			orders[k], versions[k] = pgUUID(ps[n].Change.OrderID), int32(ps[n].Change.Version)
+			for _, r := range ps[n].Reservations {
+				ids, rOrders = append(ids, pgUUID(r.ID)), append(rOrders, pgUUID(r.OrderID))
+				lineNos, products, qty = append(lineNos, int32(r.LineNo)), append(products, pgUUID(r.ProductID)), append(qty, r.Quantity)
+			}
+		}
+		if err := collectWinners(ctx, tx, round, won, func(n int) uuid.UUID { return ps[n].Change.OrderID },
+			placeOrders, orders, versions, ids, rOrders, lineNos, products, qty); err != nil {
+			return nil, fmt.Errorf("place %d orders: %w", len(round), err)
+		}
+	}
+	return won, nil
+}
+
+// cancelOrders is upsertStatus for many orders of one round, as placeOrders.
+const cancelOrders = `
+INSERT INTO order_status AS s (order_id, status, version, updated_at)
+SELECT c.order_id, 'cancelled', c.version, now()
+FROM unnest($1::uuid[], $2::int[]) AS c(order_id, version)
+ORDER BY c.order_id
+ON CONFLICT (order_id) DO UPDATE
+SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+WHERE s.version < EXCLUDED.version
+RETURNING s.order_id`
+
+// releaseOrders is Release for many orders.
+const releaseOrders = `UPDATE reservation SET status = 'released', released_at = now()
+WHERE order_id = ANY($1::uuid[]) AND status = 'held'`
+
+// ApplyCancelled records the cancelled changes cs in tx, each as ApplyStatus would,
+// and releases the held reservations of every order whose change won, as Release
+// does: the release is a statement of its own after the upsert, so it sees the
+// reservations of a placed event that committed while tx waited for the order's row.
+// Two statements per round of distinct orders. won[n] reports whether cs[n] won;
+// errors are those of ApplyPlaced.
+func ApplyCancelled(ctx context.Context, tx pgx.Tx, cs []stock.StatusChange) (won []bool, err error) {
+	for _, c := range cs {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	won = make([]bool, len(cs))
+	for _, round := range rounds(len(cs), func(n int) uuid.UUID { return cs[n].OrderID }) {
+		orders, versions := make([]pgtype.UUID, len(round)), make([]int32, len(round))
+		for k, n := range round {
+			orders[k], versions[k] = pgUUID(cs[n].OrderID), int32(cs[n].Version)
+		}
+		if err := collectWinners(ctx, tx, round, won, func(n int) uuid.UUID { return cs[n].OrderID },
+			cancelOrders, orders, versions); err != nil {
+			return nil, fmt.Errorf("cancel %d orders: %w", len(round), err)
+		}
+		released := orders[:0]
+		for _, n := range round {
+			if won[n] {
+				released = append(released, pgUUID(cs[n].OrderID))
+			}
+		}
+		if len(released) == 0 {
+			continue
+		}
+		if _, err := tx.Exec(ctx, releaseOrders, released); err != nil {
+			return nil, fmt.Errorf("release %d orders: %w", len(released), err)
+		}
+	}
+	return won, nil
+}
+
+// collectWinners runs sql, which returns the order ids that won, and sets won[n]
+// for each member n of round whose order is among them.
+func collectWinners(ctx context.Context, tx pgx.Tx, round []int, won []bool, order func(n int) uuid.UUID, sql string, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	winners := make(map[uuid.UUID]bool, len(round))
+	var id pgtype.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		winners[id.Bytes] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, n := range round {
+		won[n] = winners[order(n)]
+	}
+	return nil
+}
+
+// rounds splits the indexes 0..n-1 into rounds in which no order appears twice:
+// the k-th change of an order goes to round k, so changes of one order apply in
+// their order and a multi-row upsert never touches a row twice.
+func rounds(n int, order func(int) uuid.UUID) [][]int {
+	out := [][]int{make([]int, 0, n)}
+	seen := make(map[uuid.UUID]int, n)
+	for i := range n {
+		k := seen[order(i)]
+		seen[order(i)] = k + 1
+		if k == len(out) {
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], i)
+	}
+	return out
+}
+
+// pgUUID is id as pgx encodes it without a detour through its text form.
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 // Reservations returns the reservations of order orderID in line order, held and
 // released, or an empty slice when stock never held anything for it.

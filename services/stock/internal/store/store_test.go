@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -203,5 +204,96 @@ func TestReserveAndRelease(t *testing.T) {
 	}
 	if got, err := s.Reservations(ctx, uuid.New()); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("reservations of an unknown order = %v, %v; want an empty slice", got, err)
+	}
+}
+
+// ApplyPlaced and ApplyCancelled apply many changes in one call as ApplyStatus,
+// Reserve and Release would one by one: each change wins only over an older
+// version, an order that appears twice in one call takes its changes in order (the
+// second copy of a version loses), the reservations of a placed change are inserted
+// only when it wins, and a winning cancel releases what is held.
+func TestApplyPlacedAndCancelledForManyOrders(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	ctx := testkit.Context(t)
+	s := store.New(pool)
+	fresh, stale, twice, other := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	applyStatus(t, pool, stock.StatusChange{OrderID: stale, Status: stock.StatusCancelled, Version: 5})
+	placed := func(order uuid.UUID, version int) store.Placed {
+		rs, err := stock.Reserve(order, []stock.Line{{ProductID: uuid.New(), Quantity: "1.500"}, {ProductID: uuid.New(), Quantity: "2.000"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.Placed{Change: stock.StatusChange{OrderID: order, Status: stock.StatusPlaced, Version: version}, Reservations: rs}
+	}
+	var won []bool
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		won, err = store.ApplyPlaced(ctx, tx, []store.Placed{
+			placed(fresh, 2), placed(stale, 2), placed(twice, 2), placed(twice, 2), placed(other, 2),
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(won, []bool{true, false, true, false, true}) {
+		t.Errorf("placed won %v, want [true false true false true]", won)
+	}
+	held := func(order uuid.UUID) (n int, released int) {
+		rs, err := s.Reservations(ctx, order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Status == stock.Held {
+				n++
+			} else {
+				released++
+			}
+		}
+		return n, released
+	}
+	for _, c := range []struct {
+		order          uuid.UUID
+		held, released int
+	}{{fresh, 2, 0}, {stale, 0, 0}, {twice, 2, 0}, {other, 2, 0}} {
+		if h, r := held(c.order); h != c.held || r != c.released {
+			t.Errorf("order %s: %d held, %d released; want %d, %d", c.order, h, r, c.held, c.released)
+		}
+	}
+	wantStatus(t, pool, stale, stock.StatusCancelled, 5)
+	wantStatus(t, pool, twice, stock.StatusPlaced, 2)
+
+	cancel := func(order uuid.UUID, version int) stock.StatusChange {
+		return stock.StatusChange{OrderID: order, Status: stock.StatusCancelled, Version: version}
+	}
+	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		won, err = store.ApplyCancelled(ctx, tx, []stock.StatusChange{cancel(fresh, 3), cancel(stale, 4), cancel(twice, 3), cancel(twice, 4)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(won, []bool{true, false, true, true}) {
+		t.Errorf("cancelled won %v, want [true false true true]", won)
+	}
+	for _, c := range []struct {
+		order          uuid.UUID
+		held, released int
+	}{{fresh, 0, 2}, {twice, 0, 2}, {other, 2, 0}} {
+		if h, r := held(c.order); h != c.held || r != c.released {
+			t.Errorf("order %s after the cancels: %d held, %d released; want %d, %d", c.order, h, r, c.held, c.released)
+		}
+	}
+	wantStatus(t, pool, twice, stock.StatusCancelled, 4)
+
+	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := store.ApplyPlaced(ctx, tx, []store.Placed{placed(uuid.New(), 2), placed(uuid.New(), 0)})
+		return err
+	})
+	if !errors.Is(err, stock.ErrInvalidChange) {
+		t.Errorf("a call with an invalid change: err = %v, want ErrInvalidChange", err)
 	}
 }
