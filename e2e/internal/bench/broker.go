@@ -35,15 +35,19 @@ func (e *env) measureBroker(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		b0 := brokerCPU()
 		rate, err := e.publishAll(ctx, u, msgs, run.publishers, s.BrokerBatch)
+		brokerMs := float64(brokerCPU()-b0) / float64(time.Millisecond) / float64(len(msgs))
 		if err2 := emptyVhost(u); err2 != nil {
 			e.progress("   %v", err2)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", run.name, err)
 		}
-		e.results.set(run.name, rate, fmt.Sprintf("%d msgs, %d publisher(s), confirm window %d each", len(msgs), run.publishers, s.BrokerBatch))
-		e.progress("   %-28s %10.0f msgs/s", run.name, rate)
+		e.results.set(run.name, rate, fmt.Sprintf("%d msgs, %d publisher(s), confirm window %d each; RabbitMQ CPU %.3f ms per message",
+			len(msgs), run.publishers, s.BrokerBatch, brokerMs))
+		e.results.set("cpu_ms_"+run.name, brokerMs, "RabbitMQ's CPU time per message of "+run.name+" (user + system, /proc)")
+		e.progress("   %-28s %10.0f msgs/s; RabbitMQ %.3f ms CPU per message (%.2f cores)", run.name, rate, brokerMs, brokerMs*rate/1000)
 		best = max(best, rate)
 	}
 	e.results.set("broker_ceiling", best, "best of the broker runs")

@@ -295,7 +295,12 @@ func placedMessages(n int) ([]amqp.Message, error) {
 	msgs := make([]amqp.Message, n)
 	now := time.Now()
 	for i := range msgs {
-		body, id, err := placedBody(now)
+		body, env, err := placedBody(now)
+		if err != nil {
+			return nil, err
+		}
+		id := env.EventID.String()
+		order, _, err := orderOf(body)
 		if err != nil {
 			return nil, err
 		}
@@ -304,7 +309,17 @@ func placedMessages(n int) ([]amqp.Message, error) {
 				return nil, fmt.Errorf("bench envelope is invalid: %w", err)
 			}
 		}
-		msgs[i] = amqp.Message{RoutingKey: contracts.EventOrderPlaced, MessageID: id, Type: contracts.EventOrderPlaced, Body: body}
+		// The properties and CloudEvents headers the relay sends, so that the
+		// broker parses and stores the same messages as in the relay runs.
+		msgs[i] = amqp.Message{RoutingKey: contracts.EventOrderPlaced, MessageID: id, Type: contracts.EventOrderPlaced,
+			CorrelationID: env.CorrelationID, Body: body, Timestamp: now, Headers: amqp091.Table{
+				contracts.HeaderSpecVersion: contracts.CloudEventsSpecVersion,
+				contracts.HeaderID:          id,
+				contracts.HeaderSource:      contracts.CloudEventsSource(contracts.ProducerOrder),
+				contracts.HeaderType:        contracts.EventOrderPlaced,
+				contracts.HeaderTime:        contracts.CloudEventsTime(now),
+				contracts.HeaderSubject:     order,
+			}}
 	}
 	return msgs, nil
 }

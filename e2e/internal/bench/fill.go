@@ -18,7 +18,7 @@ const stockConsumer = "stock"
 
 // placedBody returns the JSON envelope of a new order.order.placed.v1 event
 // with one line, and its event id.
-func placedBody(now time.Time) ([]byte, string, error) {
+func placedBody(now time.Time) ([]byte, contracts.Envelope, error) {
 	payload := contracts.OrderPlaced{
 		OrderID:    uuid.New(),
 		CustomerID: uuid.New(),
@@ -27,13 +27,13 @@ func placedBody(now time.Time) ([]byte, string, error) {
 	}
 	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, uuid.NewString(), payload, now)
 	if err != nil {
-		return nil, "", err
+		return nil, env, err
 	}
 	body, err := json.Marshal(env)
 	if err != nil {
-		return nil, "", err
+		return nil, env, err
 	}
-	return body, env.EventID.String(), nil
+	return body, env, nil
 }
 
 // uuidV7SQL is a SQL expression for a UUID v7 whose timestamp is the

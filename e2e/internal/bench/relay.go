@@ -96,13 +96,16 @@ func (e *env) measureRelay(ctx context.Context) error {
 				continue
 			}
 			violations += r.disordered
-			e.results.set(name, r.rate, fmt.Sprintf("%d rows, RELAY_PARTITIONS=%d, %d bin/order relay process(es); %d orders out of order, %d duplicates",
-				rows, parts, procs, r.disordered, r.duplicates))
+			cpu := fmt.Sprintf("CPU per event: relay %.3f + PostgreSQL %.3f + RabbitMQ %.3f ms = %.2f cores busy",
+				r.relayMs, r.dbMs, r.brokerMs, r.cores())
+			e.results.set(name, r.rate, fmt.Sprintf("%d rows, RELAY_PARTITIONS=%d, %d bin/order relay process(es); %d orders out of order, %d duplicates; %s",
+				rows, parts, procs, r.disordered, r.duplicates, cpu))
+			e.results.set("cpu_ms_"+name, r.relayMs+r.dbMs+r.brokerMs, "CPU time per event of "+name+": "+cpu)
 			ratio := ""
 			if ceiling > 0 {
 				ratio = fmt.Sprintf(" (%.2f of the broker ceiling)", r.rate/ceiling)
 			}
-			e.progress("   %-28s %10.0f events/s%s; order check: %d orders out of order, %d duplicates", name, r.rate, ratio, r.disordered, r.duplicates)
+			e.progress("   %-28s %10.0f events/s%s; order check: %d orders out of order, %d duplicates; %s", name, r.rate, ratio, r.disordered, r.duplicates, cpu)
 		}
 	}
 	e.results.set("relay_order_violations", float64(violations), "orders whose cancelled first arrived before their placed, over every relay run")
@@ -118,11 +121,17 @@ func (e *env) measureRelay(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// relayRun is the outcome of one run of relay processes.
+// relayRun is the outcome of one run of relay processes: the rate, the
+// order check, and the CPU time per event (ms) of the relay processes,
+// their PostgreSQL sessions and RabbitMQ, from /proc.
 type relayRun struct {
-	rate                   float64
-	disordered, duplicates int
+	rate                    float64
+	disordered, duplicates  int
+	relayMs, dbMs, brokerMs float64
 }
+
+// cores is the CPU the run kept busy: every counted process, in cores.
+func (r relayRun) cores() float64 { return (r.relayMs + r.dbMs + r.brokerMs) * r.rate / 1000 }
 
 // runRelayProcesses drains a clone of the relay source database with procs
 // real relay processes configured with parts partitions, and checks the
@@ -194,6 +203,20 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 	}
 
 	const unpublished = `SELECT count(*) FROM outbox WHERE published_at IS NULL`
+	procsCPU := func() time.Duration {
+		var total time.Duration
+		for _, p := range ps {
+			if d, err := processCPU(p.PID()); err == nil {
+				total += d
+			}
+		}
+		return total
+	}
+	relay0, broker0 := procsCPU(), brokerCPU()
+	db0, err := backendsCPU(ctx, pool)
+	if err != nil {
+		return relayRun{}, err
+	}
 	start := time.Now()
 	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outbox.DefaultLockKey); err != nil {
 		return relayRun{}, err
@@ -213,6 +236,12 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 		}
 	}
 	run := relayRun{rate: float64(rows) / time.Since(start).Seconds()}
+	db1, err := backendsCPU(ctx, pool)
+	if err != nil {
+		return relayRun{}, err
+	}
+	perEvent := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(rows) }
+	run.relayMs, run.dbMs, run.brokerMs = perEvent(procsCPU()-relay0), perEvent(db1-db0), perEvent(brokerCPU()-broker0)
 	for _, p := range ps {
 		_ = p.Stop(10 * time.Second)
 	}
