@@ -189,57 +189,43 @@ func (s *Stream) Wait(n int) (confirmed int, err error) {
 // confirmed, and either counts it or records the Stream's failure.
 func (s *Stream) confirmNext() {
 	i := s.confirmed
-	returns := s.p.returns
+	returns, moved := s.p.returns, s.moved
+	var confirmed <-chan struct{} // nil until message i is sent
 	var dc *amqp091.DeferredConfirmation
-	for dc == nil {
-		s.mu.Lock()
-		switch {
-		case i < len(s.sent):
-			dc = s.sent[i]
-		case s.stopped:
-			sendErr := s.sendErr
-			s.mu.Unlock()
-			if sendErr == errPastDeadline {
-				s.fail(i, s.ended(ErrConfirmTimeout))
-			} else {
-				s.fail(i, s.p.closedErr(sendErr))
-			}
-			return
-		}
-		s.mu.Unlock()
-		if dc != nil {
-			break
-		}
-		select {
-		case <-s.moved:
-		case r, ok := <-returns:
-			if !ok {
-				returns = nil
-				continue
-			}
-			s.p.recordReturn(r)
-		case <-s.callCtx.Done():
-			s.fail(i, s.ended(ErrConfirmTimeout))
-			return
-		}
-	}
 	for {
+		if dc == nil {
+			s.mu.Lock()
+			stopped, sendErr := s.stopped, s.sendErr
+			if i < len(s.sent) {
+				dc = s.sent[i]
+			}
+			s.mu.Unlock()
+			switch {
+			case dc != nil:
+				confirmed, moved = dc.Done(), nil
+			case stopped && sendErr == errPastDeadline:
+				s.fail(i, s.ended(ErrConfirmTimeout))
+				return
+			case stopped:
+				s.fail(i, s.p.closedErr(sendErr))
+				return
+			}
+		}
 		select {
-		case <-dc.Done():
+		case <-moved:
+		case <-confirmed:
 			// The broker sends basic.return before the ack of the same
 			// message and the library hands it over before resolving the
 			// confirm, so any return for message i is in the buffer now.
 			s.p.drainReturns()
-			msg := s.msgs[i].msg
-			if !dc.Acked() {
+			switch reason, returned := s.p.returned[s.msgs[i].msg.MessageId]; {
+			case !dc.Acked():
 				s.fail(i, s.p.closedErr(ErrNacked))
-				return
-			}
-			if reason, ok := s.p.returned[msg.MessageId]; ok {
+			case returned:
 				s.fail(i, fmt.Errorf("%w: %s", ErrReturned, reason))
-				return
+			default:
+				s.confirmed++
 			}
-			s.confirmed++
 			return
 		case r, ok := <-returns:
 			if !ok {
@@ -256,8 +242,7 @@ func (s *Stream) confirmNext() {
 
 // Close stops the Stream and releases its Publisher. After a failure, or
 // with messages sent and not yet confirmed, the channel is discarded, so
-// the next call opens a new one. Close is
-// idempotent.
+// the next call opens a new one. Close is idempotent.
 func (s *Stream) Close() {
 	if s.closed {
 		return
