@@ -59,6 +59,7 @@ func TestFaultDatabase(t *testing.T) {
 	st.run(t, r, "outage/order", orderDatabaseOutage)
 	st.run(t, r, "terminated-backends", terminatedBackends)
 	st.run(t, r, "paused-listener", pausedListener)
+	st.run(t, r, "paused-consumer-database", pausedConsumerDatabase)
 }
 
 // TestFaultSignals freezes the leading relay, then sends SIGKILL, SIGSTOP and
@@ -373,6 +374,40 @@ func pausedListener(t *testing.T, r *fault.Rig) {
 		}
 		if err := r.Restart(ctx, leader, faultSettle); err != nil {
 			t.Error(err)
+		}
+	})
+	ledger(t, r, nil)
+}
+
+// pausedConsumerDatabase freezes the stock and shipping databases' proxies
+// (bytes held) under load, sends SIGTERM to both consumers and requires each
+// to exit within 10 s: a handler's database work is bounded (the inbox's
+// timeout, the consumer's 5 s shutdown grace, the pool's 2 s close).
+func pausedConsumerDatabase(t *testing.T, r *fault.Rig) {
+	underLoad(t, r, 20, 20, func(ctx context.Context) {
+		var removes []func()
+		for _, p := range []string{"stock-pg", "shipping-pg"} {
+			remove, err := r.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			removes = append(removes, remove)
+		}
+		time.Sleep(2 * time.Second)
+		for _, p := range []*system.Process{r.Sys.Stock, r.Sys.Shipping} {
+			took, err := r.Term(ctx, p, 10*time.Second)
+			t.Logf("%s shut down in %s while its database was frozen", p.Name, took.Round(time.Millisecond))
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		for _, remove := range removes {
+			remove()
+		}
+		for _, p := range []*system.Process{r.Sys.Stock, r.Sys.Shipping} {
+			if err := r.Restart(ctx, p, faultSettle); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	ledger(t, r, nil)

@@ -16,7 +16,10 @@ import (
 // (a dependency was unavailable): such a delivery, and every one after it,
 // goes back to the queue when the channel closes, to be delivered again
 // (docs/architecture.md, rule 3: at least once, the inbox skips the copy).
-// Nacks and rejects are sent at once, each for its own delivery.
+// Nacks and rejects are sent at once, each for its own delivery, and so is
+// the ack of a delivery whose content now lives in another queue (a retry or
+// dead-letter copy, ackAlone): its redelivery would not reach the inbox but
+// be copied a second time.
 //
 // Many acks that become due together (the deliveries of one group commit)
 // go out as one frame: the goroutine that sends first yields once, so the
@@ -85,6 +88,26 @@ func (a *acker) Nack(tag uint64, _ bool, requeue bool) error {
 	a.settled(tag, false)
 	_ = a.flush(0)
 	return err
+}
+
+// ackAlone sends basic.ack for tag alone, at once, then marks it settled as
+// Nack does, so that no later multiple ack names it.
+func (a *acker) ackAlone(tag uint64) error {
+	err := a.ch.Ack(tag, false)
+	a.mu.Lock()
+	a.settled(tag, false)
+	_ = a.flush(0)
+	return err
+}
+
+// ackAlone acknowledges d at once and by itself: for a delivery copied to a
+// retry or dead-letter queue, which must not come back and be copied again
+// if the channel closes while an older delivery is still being handled.
+func ackAlone(d *amqp091.Delivery) error {
+	if a, ok := d.Acknowledger.(*acker); ok {
+		return a.ackAlone(d.DeliveryTag)
+	}
+	return d.Ack(false)
 }
 
 // Reject sends basic.reject for tag, then marks it settled, as Nack.

@@ -92,3 +92,61 @@ func TestAckerNeverAcksPastAnUnsettledDelivery(t *testing.T) {
 		t.Errorf("%d messages back in the queue after every delivery was settled, want 0", n)
 	}
 }
+
+// A delivery copied to a retry or dead-letter queue is acknowledged at once,
+// by itself, even while an older delivery is unsettled: when the channel then
+// closes it does not come back (to be copied again), the others do; and a
+// later multiple ack does not name it, so the channel stays open.
+func TestAckerAcksACopiedDeliveryAtOnce(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	queue := topo.Queues[0].Name
+	publishAll(t, conn, topo.Exchange, messages(4, "copied"))
+
+	ch, ds := consumeRaw(t, queue, 4)
+	a := newAcker(ch)
+	for _, d := range ds {
+		d.Acknowledger = a
+	}
+	// ds[0] is still being handled; ds[1] was dead-lettered, ds[2] handled.
+	if err := ackAlone(&ds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ack(ds[2].DeliveryTag, false); err != nil {
+		t.Fatal(err)
+	}
+	_ = ch.Close()
+	eventually(t, 10*time.Second, "3 messages back in the queue", func() bool { return readyMessages(t, queue) == 3 })
+
+	ch, ds = consumeRaw(t, queue, 3)
+	for _, d := range ds {
+		if d.MessageId == "copied-1" {
+			t.Fatalf("the copied delivery came back")
+		}
+	}
+	a = newAcker(ch)
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	for _, d := range ds {
+		d.Acknowledger = a
+	}
+	// A copied delivery last in the run: the multiple ack names the one before.
+	if err := a.Ack(ds[0].DeliveryTag, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ackAlone(&ds[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ack(ds[1].DeliveryTag, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("the broker closed the channel: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = ch.Close()
+	if n := readyMessages(t, queue); n != 0 {
+		t.Errorf("%d messages back in the queue after every delivery was settled, want 0", n)
+	}
+}

@@ -91,7 +91,9 @@ type ConsumerConfig struct {
 	// (default 5 s).
 	RetryConfirmTimeout time.Duration
 	// ShutdownTimeout is how long in-flight handlers may still run after
-	// Run's ctx ends before their ctx is cancelled (default 30 s).
+	// Run's ctx ends before their ctx is cancelled (default 5 s: handlers
+	// take milliseconds, and a process must stop within its grace period
+	// even when its database does not answer).
 	ShutdownTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before subscribing again
 	// after a lost channel, and between checks of Probe while paused
@@ -144,7 +146,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 		c.RetryConfirmTimeout = 5 * time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
+		c.ShutdownTimeout = 5 * time.Second
 	}
 	if c.ProbeTimeout <= 0 {
 		c.ProbeTimeout = 5 * time.Second
@@ -567,7 +569,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		}
 		log.WarnContext(ctx, "handler failed, retrying later", slog.Any("error", err), slog.String("retry_queue", queue))
 		c.metrics.retries.Inc()
-		settle(ctx, log, "ack", d.Ack(false))
+		settle(ctx, log, "ack", ackAlone(d))
 	}
 	return nil
 }

@@ -91,7 +91,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 	}
 	log.ErrorContext(ctx, "dead-lettered", slog.Any("error", cause), slog.String("dead_letter_queue", c.cfg.DeadLetterQueue))
 	c.metrics.deadLettered.Inc()
-	settle(ctx, log, "ack", d.Ack(false))
+	settle(ctx, log, "ack", ackAlone(d))
 }
 
 // cut returns s cut to at most n bytes, on a UTF-8 boundary.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,23 @@ import (
 
 // Option configures an Inbox in New.
 type Option func(*Inbox)
+
+// DefaultTimeout bounds the database work of one delivery in HandleDelivery
+// (WithTimeout changes it).
+const DefaultTimeout = 10 * time.Second
+
+// WithTimeout bounds the database work of one delivery in HandleDelivery
+// (waiting for its group's transaction included) at d (d <= 0: the
+// default, DefaultTimeout). A database that does not answer in time is an
+// outage, not the event's fault: the delivery wraps amqp.ErrUnavailable, the
+// consumer pauses, and the delivery is handled again later.
+func WithTimeout(d time.Duration) Option {
+	return func(i *Inbox) {
+		if d > 0 {
+			i.timeout = d
+		}
+	}
+}
 
 // WithGroupCommit lets events that arrive while another transaction is committing share
 // one transaction, so one WAL flush (fsync) commits up to maxBatch events. At most

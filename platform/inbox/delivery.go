@@ -26,8 +26,9 @@ import (
 // registered Handler, all without any database write; and an event_id processed before
 // with another content (a *ConflictError), without any effect. A database that is
 // unreachable, shutting down or refusing work (see unavailable) is not the event's
-// fault: the error then wraps amqp.ErrUnavailable and the runtime pauses without
-// counting an attempt. Any other error (a handler's) is returned wrapped as it is
+// fault, and neither is one that does not answer within the Inbox's timeout
+// (WithTimeout, default DefaultTimeout): the error then wraps amqp.ErrUnavailable
+// and the runtime pauses without counting an attempt. Any other error (a handler's) is returned wrapped as it is
 // and the runtime retries the delivery. A handler marks an error that no retry can
 // fix with ErrPermanent; it never needs the broker package.
 //
@@ -49,7 +50,9 @@ func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 		err := fmt.Errorf("message_id %q differs from the envelope's event_id %s", d.MessageID, env.EventID)
 		return fmt.Errorf("inbox %s: %w: %w", i.consumer.name, amqp.ErrPermanent, err)
 	}
-	duplicate, err := i.Process(ctx, env)
+	dbCtx, cancel := context.WithTimeout(ctx, i.timeout)
+	duplicate, err := i.Process(dbCtx, env)
+	cancel()
 	switch {
 	case errors.Is(err, ErrConflict):
 		// Counted by the Consumer, logged once by the consumer runtime.

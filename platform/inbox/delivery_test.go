@@ -187,3 +187,50 @@ func TestHandleDeliveryLeavesTheLogToTheRuntime(t *testing.T) {
 		t.Errorf("the inbox logged a failure itself:\n%s", l)
 	}
 }
+
+// A database that does not answer (here: processed_event locked by another
+// transaction) is an outage within the Inbox's timeout: the delivery wraps
+// amqp.ErrUnavailable instead of waiting as long as the database does.
+func TestHandleDeliveryGivesUpOnADatabaseThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := testkit.NewDatabase(t, migrations)
+	ctx := testkit.Context(t)
+	v, err := contracts.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib := inbox.New(pool, "c", v, nil, nil, inbox.WithTimeout(300*time.Millisecond))
+	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
+
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE processed_event IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
+		OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = ib.HandleDelivery(ctx, amqp.Delivery{Body: b})
+	if !errors.Is(err, amqp.ErrUnavailable) || errors.Is(err, amqp.ErrPermanent) {
+		t.Fatalf("got %v, want an error wrapping amqp.ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("HandleDelivery took %v with a 300ms timeout", took)
+	}
+}

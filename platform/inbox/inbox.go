@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -114,7 +115,8 @@ type Inbox struct {
 	logger    *slog.Logger
 	batch     *batcher // nil: one transaction per event
 	tracer    trace.Tracer
-	spanName  string // "inbox <consumer>"
+	spanName  string        // "inbox <consumer>"
+	timeout   time.Duration // bounds the database work of one delivery
 
 	mu     sync.RWMutex
 	routes map[string]route
@@ -149,6 +151,7 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 		routes:    make(map[string]route),
 		tracer:    defaultTracer(),
 		spanName:  "inbox " + consumer,
+		timeout:   DefaultTimeout,
 	}
 	for _, opt := range opts {
 		opt(i)
