@@ -21,56 +21,67 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-func TestHandleDeliveryClassifiesErrors(t *testing.T) {
-	t.Parallel()
+// newDeliveryDB returns a database with the inbox's test migrations and a
+// contract validator.
+func newDeliveryDB(t *testing.T) (*pgxpool.Pool, *contracts.Validator) {
+	t.Helper()
 	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool, _ := testkit.NewDatabase(t, migrations)
-	ctx := testkit.Context(t)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, v
+}
+
+// eventBody is the JSON of a valid envelope of event name (an order.order.placed.v1
+// payload), changed by edit when it is not nil.
+func eventBody(t *testing.T, name string, edit func(map[string]any)) []byte {
+	t.Helper()
+	env, err := contracts.NewEnvelope(name, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
+		OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
+		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit == nil {
+		return b
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestHandleDeliveryClassifiesErrors(t *testing.T) {
+	t.Parallel()
+	pool, v := newDeliveryDB(t)
+	ctx := testkit.Context(t)
 	boom := errors.New("boom")
 	ib := inbox.New(pool, "c", v, nil, nil)
 	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
 	ib.Register(contracts.EventOrderCancelled, func(context.Context, pgx.Tx, contracts.Envelope) error { return boom })
 
-	body := func(name string, edit func(map[string]any)) []byte {
-		env, err := contracts.NewEnvelope(name, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
-			OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
-			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
-		}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := json.Marshal(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if edit == nil {
-			return b
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
-		edit(m)
-		if b, err = json.Marshal(m); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-
 	permanent := map[string][]byte{
 		"not json":        []byte("{not json"),
-		"no event_id":     body(contracts.EventOrderPlaced, func(m map[string]any) { delete(m, "event_id") }),
-		"event_id abc":    body(contracts.EventOrderPlaced, func(m map[string]any) { m["event_id"] = "abc" }),
-		"event_id v4":     body(contracts.EventOrderPlaced, func(m map[string]any) { m["event_id"] = uuid.NewString() }),
-		"unknown event":   body(contracts.EventOrderPlaced, func(m map[string]any) { m["event_name"] = "order.order.lost.v1" }),
-		"invalid payload": body(contracts.EventOrderPlaced, func(m map[string]any) { m["payload"].(map[string]any)["lines"] = []any{} }),
+		"no event_id":     eventBody(t, contracts.EventOrderPlaced, func(m map[string]any) { delete(m, "event_id") }),
+		"event_id abc":    eventBody(t, contracts.EventOrderPlaced, func(m map[string]any) { m["event_id"] = "abc" }),
+		"event_id v4":     eventBody(t, contracts.EventOrderPlaced, func(m map[string]any) { m["event_id"] = uuid.NewString() }),
+		"unknown event":   eventBody(t, contracts.EventOrderPlaced, func(m map[string]any) { m["event_name"] = "order.order.lost.v1" }),
+		"invalid payload": eventBody(t, contracts.EventOrderPlaced, func(m map[string]any) { m["payload"].(map[string]any)["lines"] = []any{} }),
 	}
 	for name, b := range permanent {
 		if err := ib.HandleDelivery(ctx, amqp.Delivery{Body: b, Attempt: 1}); !errors.Is(err, amqp.ErrPermanent) {
@@ -78,7 +89,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 		}
 	}
 
-	good := body(contracts.EventOrderPlaced, nil)
+	good := eventBody(t, contracts.EventOrderPlaced, nil)
 	var goodEnv contracts.Envelope
 	if err := json.Unmarshal(good, &goodEnv); err != nil {
 		t.Fatal(err)
@@ -96,7 +107,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 	}
 
 	noHandler := inbox.New(pool, "d", v, nil, nil)
-	if err := noHandler.HandleDelivery(ctx, amqp.Delivery{Body: body(contracts.EventOrderPlaced, nil)}); !errors.Is(err, amqp.ErrPermanent) || !errors.Is(err, inbox.ErrNoHandler) {
+	if err := noHandler.HandleDelivery(ctx, amqp.Delivery{Body: eventBody(t, contracts.EventOrderPlaced, nil)}); !errors.Is(err, amqp.ErrPermanent) || !errors.Is(err, inbox.ErrNoHandler) {
 		t.Errorf("no handler: err = %v, want amqp.ErrPermanent and inbox.ErrNoHandler", err)
 	}
 
@@ -117,7 +128,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 		t.Fatalf("keys after rejected deliveries = %d (%v), want 0", keys, err)
 	}
 
-	if err := ib.HandleDelivery(ctx, amqp.Delivery{Body: body(contracts.EventOrderCancelled, nil)}); !errors.Is(err, boom) || errors.Is(err, amqp.ErrPermanent) {
+	if err := ib.HandleDelivery(ctx, amqp.Delivery{Body: eventBody(t, contracts.EventOrderCancelled, nil)}); !errors.Is(err, boom) || errors.Is(err, amqp.ErrPermanent) {
 		t.Errorf("handler error: err = %v, want boom and not permanent", err)
 	}
 	for n, d := range []amqp.Delivery{
@@ -140,16 +151,8 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 // broker.
 func TestHandleDeliveryLeavesTheLogToTheRuntime(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, v := newDeliveryDB(t)
 	ctx := testkit.Context(t)
-	v, err := contracts.NewValidator()
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger, logs := testkit.Logger(t)
 	ib := inbox.New(pool, "c", v, logger, nil)
 	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error {
@@ -193,16 +196,8 @@ func TestHandleDeliveryLeavesTheLogToTheRuntime(t *testing.T) {
 // amqp.ErrUnavailable instead of waiting as long as the database does.
 func TestHandleDeliveryGivesUpOnADatabaseThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, v := newDeliveryDB(t)
 	ctx := testkit.Context(t)
-	v, err := contracts.NewValidator()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ib := inbox.New(pool, "c", v, nil, nil, inbox.WithTimeout(300*time.Millisecond))
 	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
 
@@ -214,19 +209,8 @@ func TestHandleDeliveryGivesUpOnADatabaseThatDoesNotAnswer(t *testing.T) {
 	if _, err := lock.Exec(ctx, `LOCK TABLE processed_event IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
-		OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
-		Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
-	}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(env)
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	err = ib.HandleDelivery(ctx, amqp.Delivery{Body: b})
+	err = ib.HandleDelivery(ctx, amqp.Delivery{Body: eventBody(t, contracts.EventOrderPlaced, nil)})
 	if !errors.Is(err, amqp.ErrUnavailable) || errors.Is(err, amqp.ErrPermanent) {
 		t.Fatalf("got %v, want an error wrapping amqp.ErrUnavailable", err)
 	}
