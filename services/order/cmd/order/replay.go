@@ -146,8 +146,13 @@ func replayRequest(since, until, eventName string, dryRun, force bool) (outbox.R
 	if eventName != "" && !slices.Contains(contracts.EventNames(), eventName) {
 		errs = append(errs, fmt.Errorf("--event-name %q is not one of %s", eventName, strings.Join(contracts.EventNames(), ", ")))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return req, err
+	if len(errs) > 0 {
+		// One line: the caller prefixes it with the command's name.
+		msgs := make([]string, len(errs))
+		for i, err := range errs {
+			msgs[i] = err.Error()
+		}
+		return req, errors.New(strings.Join(msgs, "; "))
 	}
 	return req, nil
 }
