@@ -97,8 +97,10 @@ func TestOneTraceFromTheAPICallToEveryConsumer(t *testing.T) {
 	deadline := time.Now().Add(settle)
 	for {
 		tr = recv.trace(traceID)
+		// Each process exports on its own schedule: wait for every span checked below.
 		if tr.named("process "+stockQueue) != nil && tr.named("process "+shippingQueue) != nil &&
-			len(tr.all("handle "+contracts.EventOrderPlaced)) >= 2 {
+			len(tr.all("handle "+contracts.EventOrderPlaced)) >= 2 &&
+			tr.named("POST /orders/{id}/place") != nil && tr.named("send "+contracts.Exchange) != nil {
 			break
 		}
 		if time.Now().After(deadline) {
