@@ -99,6 +99,10 @@ func (p Program) Run(ctx context.Context, args []string, stdout io.Writer) error
 		if err != nil {
 			return err
 		}
+		if c.Raw && len(rest) > 1 {
+			// "help dlq list": the command's own help of its subcommand.
+			return c.Run(ctx, append(slices.Clone(rest[1:]), "--help"))
+		}
 		p.printCommandHelp(stdout, c)
 		return nil
 	case isVersion(first):
@@ -114,6 +118,10 @@ func (p Program) Run(ctx context.Context, args []string, stdout io.Writer) error
 		return nil
 	}
 	if c.Raw {
+		if len(rest) > 1 && isHelp(rest[0]) {
+			// "dlq help list": as "dlq list --help".
+			return c.Run(ctx, append(slices.Clone(rest[1:]), "--help"))
+		}
 		if len(rest) > 0 && isHelp(rest[0]) {
 			p.printCommandHelp(stdout, c)
 			return nil

@@ -105,6 +105,21 @@ func TestCommandsRun(t *testing.T) {
 	}
 }
 
+// The help of a raw command's subcommand is the command's own: "help raw sub"
+// and "raw help sub" run it as "raw sub --help".
+func TestRawSubcommandHelpGoesToTheCommand(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help", "raw", "sub"}, {"raw", "help", "sub"}, {"raw", "--help", "sub"}} {
+		var ran []string
+		if err := program(&ran).Run(context.Background(), append([]string{"tool"}, args...), &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		if got := strings.Join(ran, ";"); got != "raw sub,--help" {
+			t.Errorf("%v ran %q, want raw sub,--help", args, got)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
