@@ -29,3 +29,13 @@ func TestInboxWithGroupCommit(t *testing.T) {
 	}
 	inboxtest.Run(t, migrations, inbox.WithGroupCommit(8, 2))
 }
+
+// TestEightProcessesRaceOverTripledMessages runs the race of real processes
+// (inboxtest.RunRace) on PostgreSQL.
+func TestEightProcessesRaceOverTripledMessages(t *testing.T) {
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunRace(t, inboxtest.Postgres(migrations))
+}

@@ -33,9 +33,14 @@ const effectTable = `CREATE TABLE inboxtest_effect (
 // migrations (which must create processed_event as package inbox documents), with
 // every Inbox built with opts. When migrations hold versions below KeyMigration (a
 // service that had the uuid processed_event of old), it also proves that keys written
-// by the old schema are still duplicates after the migration.
+// by the old schema are still duplicates after the migration. Its subtest Handle
+// is RunStore on inbox.PostgresStore.
 func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 	t.Helper()
+	t.Run("Handle", func(t *testing.T) {
+		t.Parallel()
+		RunStore(t, Postgres(migrations))
+	})
 	t.Run("OldKeysStayDuplicatesAfterTheMigration", func(t *testing.T) {
 		t.Parallel()
 		testOldKeys(t, migrations, opts)
@@ -57,11 +62,6 @@ func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 		{"PurgeDeletesOnlyOldKeysOfTheConsumer", testPurge},
 		{"SameEventIDOtherContentIsAConflict", testEventConflict},
 		{"ConflictsAndDuplicatesAmongConcurrentEvents", testConcurrentConflict},
-		{"HandleModes", testModes},
-		{"HandleContentCheck", testContentCheck},
-		{"HandleJoinsTheCallersTransaction", testJoin},
-		{"HandleWithoutKeyTouchesNothing", testNoKey},
-		{"HandleStoresLongKeysAsTheirHash", testLongKey},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
