@@ -1,10 +1,11 @@
 # Two commands matter to a new user: `make demo` and `make test`.
 # Everything runs against PostgreSQL on 127.0.0.1:5432 and RabbitMQ on
-# 127.0.0.1:5672 (override with the variables in README.md).
+# 127.0.0.1:5672, the MySQL inbox's tests against MariaDB or MySQL on
+# 127.0.0.1:3306 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
-MODULES   := contracts platform services/order services/stock services/shipping services/auditor e2e
+PKGS      := ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
+MODULES   := contracts platform integrations/watermillinbox services/order services/stock services/shipping services/auditor e2e
 BINARIES  := order stock shipping auditor
 # gotestsum runs `go test` and prints each test as it ends, then a summary
 # ("DONE 512 tests, 1 failure in 300.1s"); pinned, fetched through the Go
@@ -33,7 +34,7 @@ test: lint build
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
+	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
 
 ## e2e: the end-to-end suite on the real binaries
 e2e: build
