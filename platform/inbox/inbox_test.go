@@ -39,3 +39,13 @@ func TestEightProcessesRaceOverTripledMessages(t *testing.T) {
 	}
 	inboxtest.RunRace(t, inboxtest.Postgres(migrations))
 }
+
+// BenchmarkStore measures the inbox's cost per message on PostgreSQL
+// (inboxtest.BenchStore).
+func BenchmarkStore(b *testing.B) {
+	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
+	if err != nil {
+		b.Fatal(err)
+	}
+	inboxtest.BenchStore(b, inboxtest.Postgres(migrations))
+}

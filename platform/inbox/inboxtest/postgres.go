@@ -28,7 +28,7 @@ type pgDB interface {
 func Postgres(migrations fs.FS) Store[inbox.DB, pgx.Tx] {
 	return Store[inbox.DB, pgx.Tx]{
 		Store: inbox.PostgresStore{},
-		NewDatabase: func(t *testing.T) (inbox.DB, string) {
+		NewDatabase: func(t testing.TB) (inbox.DB, string) {
 			pool, url := testkit.NewDatabase(t, migrations)
 			return pool, url
 		},

@@ -34,7 +34,7 @@ type Store[DB, Tx any] struct {
 	// NewDatabase returns a fresh database, migrated so that it holds
 	// processed_event, dropped when t ends, and the DSN RunRace's processes
 	// open it with.
-	NewDatabase func(t *testing.T) (db DB, dsn string)
+	NewDatabase func(t testing.TB) (db DB, dsn string)
 	// Open connects to the database of dsn (in a race process); close releases it.
 	Open func(ctx context.Context, dsn string) (db DB, close func(), err error)
 	// Exec runs a statement on db.

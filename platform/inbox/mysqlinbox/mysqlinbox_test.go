@@ -33,7 +33,7 @@ func mysqlStore() inboxtest.Store[mysqlinbox.DB, *sql.Tx] {
 	sqlDB := func(db mysqlinbox.DB) *sql.DB { return db.(*sql.DB) }
 	return inboxtest.Store[mysqlinbox.DB, *sql.Tx]{
 		Store: mysqlinbox.Store{},
-		NewDatabase: func(t *testing.T) (mysqlinbox.DB, string) {
+		NewDatabase: func(t testing.TB) (mysqlinbox.DB, string) {
 			return newDatabase(t)
 		},
 		Open: func(ctx context.Context, dsn string) (mysqlinbox.DB, func(), error) {
@@ -103,4 +103,10 @@ func TestStore(t *testing.T) {
 // (inboxtest.RunRace) on MySQL/MariaDB.
 func TestEightProcessesRaceOverTripledMessages(t *testing.T) {
 	inboxtest.RunRace(t, mysqlStore())
+}
+
+// BenchmarkStore measures the inbox's cost per message on MySQL/MariaDB
+// (inboxtest.BenchStore).
+func BenchmarkStore(b *testing.B) {
+	inboxtest.BenchStore(b, mysqlStore())
 }
