@@ -1,6 +1,3 @@
-// Package outbox implements the transactional outbox: a Writer that records an
-// event in the caller's database transaction, and a relay that publishes the
-// recorded events to the broker (docs/architecture.md, rules 1 and 2).
 package outbox
 
 import (
