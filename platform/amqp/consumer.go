@@ -591,14 +591,14 @@ func (c *Consumer) publishRetry(ctx context.Context, queue string, d *amqp091.De
 // for the broker's confirm, declaring the topology again once when the
 // broker returns it (the queue is missing).
 func (c *Consumer) publishCopy(ctx context.Context, queue string, msg amqp091.Publishing) error {
-	err := c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+	err := c.retry.Publish(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
 	if !errors.Is(err, ErrReturned) {
 		return err
 	}
 	if derr := c.conn.Redeclare(ctx); derr != nil {
 		return errors.Join(err, derr)
 	}
-	return c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+	return c.retry.Publish(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
 }
 
 func (c *Consumer) call(ctx context.Context, d Delivery) (err error) {
