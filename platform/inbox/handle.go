@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -55,8 +56,6 @@ var (
 	// different message reusing a key, not a duplicate. Nothing was written; the
 	// error is a *ConflictError.
 	ErrConflict = errors.New("message key already used with another content")
-	// ErrPermanent marks an error that no retry can fix; Permanent reports it.
-	ErrPermanent = errors.New("permanent failure")
 )
 
 // Permanent reports whether err means the message can never be processed, so a
@@ -218,7 +217,17 @@ const storeResult = `UPDATE processed_event SET result = $3 WHERE consumer = $1 
 // error rolls back the key with fn's writes: in a transaction of its own, or back
 // to the savepoint in a joined one, which stays usable.
 func (c *Consumer) Handle(ctx context.Context, db DB, m Message, fn Func) (Outcome, error) {
-	return handle(ctx, c, PostgresStore{}, db, m, fn)
+	var sum []byte
+	if m.Content != nil {
+		s := sha256.Sum256(m.Content)
+		sum = s[:]
+	}
+	return c.handle(ctx, db, m.Key, sum, fn)
+}
+
+// handle is Handle of the key with content hash sum (nil: no content check).
+func (c *Consumer) handle(ctx context.Context, db DB, key string, sum []byte, fn Func) (Outcome, error) {
+	return handle(ctx, c, PostgresStore{}, db, key, sum, fn)
 }
 
 // PostgresStore is the Store of Consumer: processed_event on PostgreSQL through

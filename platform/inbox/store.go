@@ -65,22 +65,22 @@ func (s *StoreConsumer[DB, Tx]) Name() string { return s.c.name }
 // key first, then fn, then one commit, all in one transaction on db. Outcomes,
 // errors and the wait of a concurrent duplicate are those of Consumer.Handle.
 func (s *StoreConsumer[DB, Tx]) Handle(ctx context.Context, db DB, m Message, fn TxFunc[Tx]) (Outcome, error) {
-	return handle(ctx, s.c, s.store, db, m, fn)
-}
-
-// handle is the inbox's algorithm on store: normalise the key, hash the content,
-// then in one transaction insert the key, run fn (a new key) or read the stored
-// row (a duplicate), and count the outcome.
-func handle[DB, Tx any, F ~func(context.Context, Tx) (any, error)](ctx context.Context, c *Consumer, store Store[DB, Tx], db DB, m Message, fn F) (Outcome, error) {
-	key, err := msgkey.Normalize(m.Key)
-	if err != nil {
-		c.metrics.invalid.Inc()
-		return Outcome{}, fmt.Errorf("inbox %s: %w", c.name, err)
-	}
 	var sum []byte
 	if m.Content != nil {
 		s := sha256.Sum256(m.Content)
 		sum = s[:]
+	}
+	return handle(ctx, s.c, s.store, db, m.Key, sum, fn)
+}
+
+// handle is the inbox's algorithm on store for a key with content hash sum (nil:
+// no content check): normalise the key, then in one transaction insert it, run fn
+// (a new key) or read the stored row (a duplicate), and count the outcome.
+func handle[DB, Tx any, F ~func(context.Context, Tx) (any, error)](ctx context.Context, c *Consumer, store Store[DB, Tx], db DB, key string, sum []byte, fn F) (Outcome, error) {
+	key, err := msgkey.Normalize(key)
+	if err != nil {
+		c.metrics.invalid.Inc()
+		return Outcome{}, fmt.Errorf("inbox %s: %w", c.name, err)
 	}
 	var out Outcome
 	timer := prometheus.NewTimer(c.metrics.duration)
