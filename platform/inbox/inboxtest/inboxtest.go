@@ -497,13 +497,16 @@ SELECT $1, gen_random_uuid()::text, now() - $3::interval FROM generate_series(1,
 	}
 }
 
-// metric returns the value of the counter name{consumer="c"} in reg.
+// metric returns the sum of the series name{consumer="c"} in reg (over the other
+// labels, such as reason); the test fails when there is none.
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}
+	var sum float64
+	found := false
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -511,11 +514,14 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "consumer" && l.GetValue() == "c" {
-					return m.GetCounter().GetValue()
+					sum += m.GetCounter().GetValue()
+					found = true
 				}
 			}
 		}
 	}
-	t.Fatalf("metric %s{consumer=\"c\"} not registered", name)
-	return 0
+	if !found {
+		t.Fatalf("metric %s{consumer=\"c\"} not registered", name)
+	}
+	return sum
 }

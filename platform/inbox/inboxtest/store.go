@@ -148,7 +148,7 @@ func testStoreDuplicate[DB, Tx any](t *testing.T, s *storeSuite[DB, Tx]) {
 	if k, e := s.keys(t, "c", m.Key), s.effects(t, m.Key); k != 1 || e != 1 || calls != 1 {
 		t.Errorf("keys = %d, effects = %d, fn calls = %d; want 1 each", k, e, calls)
 	}
-	if p, d := metricOf(t, reg, "inbox_processed_total"), metricOf(t, reg, "inbox_duplicates_total"); p != 1 || d != 2 {
+	if p, d := metric(t, reg, "inbox_processed_total"), metric(t, reg, "inbox_duplicates_total"); p != 1 || d != 2 {
 		t.Errorf("processed = %v, duplicates = %v; want 1, 2", p, d)
 	}
 }
@@ -177,7 +177,7 @@ func testStoreFailure[DB, Tx any](t *testing.T, s *storeSuite[DB, Tx]) {
 	if k, e := s.keys(t, "c", m.Key), s.effects(t, m.Key); k != 1 || e != 1 {
 		t.Errorf("after the next delivery: keys = %d, effects = %d; want 1, 1", k, e)
 	}
-	if f := metricOf(t, reg, "inbox_failures_total"); f != 1 {
+	if f := metric(t, reg, "inbox_failures_total"); f != 1 {
 		t.Errorf("inbox_failures_total = %v, want 1", f)
 	}
 }
@@ -415,7 +415,7 @@ func testStoreModes[DB, Tx any](t *testing.T, s *storeSuite[DB, Tx]) {
 			}
 		})
 	}
-	if p, d := metricOf(t, reg, "inbox_processed_total"), metricOf(t, reg, "inbox_duplicates_total"); p != 3 || d != 3 {
+	if p, d := metric(t, reg, "inbox_processed_total"), metric(t, reg, "inbox_duplicates_total"); p != 3 || d != 3 {
 		t.Errorf("processed = %v, duplicates = %v; want 3, 3", p, d)
 	}
 }
@@ -451,7 +451,7 @@ func testStoreContent[DB, Tx any](t *testing.T, s *storeSuite[DB, Tx]) {
 	if calls != 2 {
 		t.Errorf("fn calls = %d, want 2", calls)
 	}
-	if got := metricOf(t, reg, "inbox_conflicts_total"); got != 1 {
+	if got := metric(t, reg, "inbox_conflicts_total"); got != 1 {
 		t.Errorf("inbox_conflicts_total = %v, want 1", got)
 	}
 }
@@ -561,29 +561,6 @@ func testStorePurge[DB, Tx any](t *testing.T, s *storeSuite[DB, Tx]) {
 	if n, err := s.st.Purge(s.ctx, s.db, "", 7*24*time.Hour); err != nil || n != 3 {
 		t.Errorf("Purge of every consumer = %d, %v; want 3, nil", n, err)
 	}
-}
-
-// metricOf returns the sum of the series name{consumer="c"} in reg (0 when none).
-func metricOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "consumer" && l.GetValue() == "c" {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
 
 // placeholders rewrites the ? placeholders of query as $1, $2, ... for PostgreSQL.
