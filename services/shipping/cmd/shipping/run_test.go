@@ -119,7 +119,7 @@ func TestServeWaitsForTheDatabase(t *testing.T) {
 // below INBOX_MIN_RETENTION.
 func TestPurgeInbox(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
 		('shipping', $1, now() - interval '300 hours'),

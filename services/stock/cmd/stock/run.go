@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return runServe(ctx, getenv, stderr)
 			},
 		},
-			service.MigrateCommand(migrations.FS, getenv, stderr),
+			service.MigrateCommand(migrations.Schema, getenv, stderr),
 			service.PurgeInboxCommand(getenv, stdout),
 			service.DLQCommand(getenv, stdout, stderr),
 		},

@@ -176,7 +176,7 @@ func TestMigrate(t *testing.T) {
 // horizon below INBOX_MIN_RETENTION, a missing one and bad arguments.
 func TestPurgeInbox(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	// Two old keys and one recent key of stock, one old key of another consumer.
 	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
@@ -304,7 +304,7 @@ func TestBadSettingsAreNamed(t *testing.T) {
 func TestDLQReplayDryRunRunsTheConsumersCheck(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	_, dbURL := testkit.NewDatabase(t, migrations.FS)
+	_, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
 	conn, err := amqp.DialOptions(ctx, amqpURL, amqp.EventTopology(amqp.ConsumerQueue(consumer, []time.Duration{time.Second})),
