@@ -27,7 +27,7 @@ func testKeyWithoutHash(t *testing.T, s *suite) {
 		t.Fatalf("write a key without a hash: %v", err)
 	}
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 
 	changed := old
 	changed.CorrelationID = "another content"
@@ -51,7 +51,7 @@ func testKeyWithoutHash(t *testing.T, s *suite) {
 func testEventConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	env := envelope(t)
 	if _, err := ib.Process(s.ctx, env); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func testEventConflict(t *testing.T, s *suite) {
 func testConcurrentConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	old := envelope(t)
 	if _, err := ib.Process(s.ctx, old); err != nil {
 		t.Fatal(err)
