@@ -3,7 +3,6 @@ package inboxtest
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 )
@@ -23,13 +23,12 @@ type pgDB interface {
 }
 
 // Postgres is the Store of inbox.PostgresStore, on databases of the test server
-// migrated with migrations (which must create processed_event as package inbox
-// documents).
-func Postgres(migrations fs.FS) Store[inbox.DB, pgx.Tx] {
+// migrated with schema (which must hold inbox.Migrations).
+func Postgres(schema migrate.Schema) Store[inbox.DB, pgx.Tx] {
 	return Store[inbox.DB, pgx.Tx]{
 		Store: inbox.PostgresStore{},
 		NewDatabase: func(t testing.TB) (inbox.DB, string) {
-			pool, url := testkit.NewDatabase(t, migrations)
+			pool, url := testkit.NewDatabase(t, schema)
 			return pool, url
 		},
 		Open: func(ctx context.Context, dsn string) (inbox.DB, func(), error) {
