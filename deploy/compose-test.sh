@@ -15,6 +15,7 @@
 #      developer's own PostgreSQL (5432), RabbitMQ (5672) and shop (8081-8086),
 #      nor with `make up`'s project.
 set -euo pipefail
+shopt -s inherit_errexit # a failed build inside $(standin ...) stops the script
 cd "$(dirname "$0")/.."
 
 COMPOSE_VERSION=${COMPOSE_VERSION:-v2.40.3}
@@ -81,7 +82,12 @@ base_image() {
 # unless an image with the same inputs exists; prints the image's name.
 standin() {
   local name=$1 tag=$2 context=$3 dir=deploy/standins/$1 image=shop-standin/$1:$2 sum
-  sum=$({ cat "$dir"/*; docker image inspect -f '{{.Id}}' "$base"; [ "$name" = golang ] && go version; } | sha256sum | cut -c1-16)
+  sum=$({
+    cat "$dir"/*
+    cat "$context"/ca/* 2>/dev/null || true
+    docker image inspect -f '{{.Id}}' "$base"
+    if [ "$name" = golang ]; then go version; fi
+  } | sha256sum | cut -c1-16)
   if [ "$(label "$image")" != "$sum" ]; then
     say "building $image" >&2
     # The classic builder: the stand-ins need no BuildKit, and the CLI may lack buildx.
@@ -98,7 +104,16 @@ fi
 [ -n "${POSTGRES_IMAGE:-}" ] || POSTGRES_IMAGE=$(standin postgres 15 deploy/standins/postgres)
 [ -n "${RABBITMQ_IMAGE:-}" ] || RABBITMQ_IMAGE=$(standin rabbitmq 3.10-management deploy/standins/rabbitmq)
 [ -n "${PROMETHEUS_IMAGE:-}" ] || PROMETHEUS_IMAGE=$(standin prometheus 2.42 deploy/standins/prometheus)
-[ -n "${GO_IMAGE:-}" ] || GO_IMAGE=$(standin golang "$(go env GOVERSION | sed 's/^go//')" "$(go env GOROOT)")
+if [ -z "${GO_IMAGE:-}" ]; then
+  # The Go stand-in's context: this machine's Go and the certificate authorities
+  # it adds to Debian's (hard links where /tmp shares GOROOT's file system).
+  goctx=$(mktemp -d)
+  trap 'rm -rf "$goctx"' EXIT
+  mkdir "$goctx/ca"
+  cp -al "$(go env GOROOT)" "$goctx/go" 2>/dev/null || cp -a "$(go env GOROOT)" "$goctx/go"
+  cp /usr/local/share/ca-certificates/*.crt "$goctx/ca/" 2>/dev/null || true
+  GO_IMAGE=$(standin golang "$(go env GOVERSION | sed 's/^go//')" "$goctx")
+fi
 [ -n "${RUNTIME_IMAGE:-}" ] || RUNTIME_IMAGE=$(standin static nonroot deploy/standins/static)
 # Jaeger and Grafana are not packaged by Debian: without an image for them, the
 # test starts every other service, and the processes export no spans.
