@@ -121,7 +121,8 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			}
 		}
 		s := store.New(orderPool, consumers)
-		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window}, reg, logger)
+		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window,
+			QueueDepths: pr.QueueDepths}, reg, logger)
 		if err != nil {
 			return err
 		}
