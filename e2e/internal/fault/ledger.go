@@ -28,8 +28,8 @@ type Ledger struct {
 	// NotDelivered counts the events a consumer dead-lettered that nobody has
 	// replayed or dropped: not delivered, awaiting a decision (also in Lost).
 	NotDelivered int
-	LongestStall time.Duration  // longest time processing stood still with events outstanding, since the previous ledger
-	NotReady     []string       // processes that exited by themselves or did not answer /readyz 200
+	LongestStall time.Duration // longest time processing stood still with events outstanding, since the previous ledger
+	NotReady     []string      // processes that exited by themselves or did not answer /readyz 200
 }
 
 // Ledger waits (up to settle) until every process answers /readyz 200 and
