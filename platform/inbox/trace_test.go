@@ -44,7 +44,7 @@ func TestProcessSpans(t *testing.T) {
 			spans := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 			ib := inbox.New(pool, "tracing", v, nil, nil, append(opts, inbox.WithTracerProvider(tp))...)
-			ib.Register(contracts.EventOrderPlaced, func(ctx context.Context, _ pgx.Tx, env contracts.Envelope) error {
+			inbox.On(ib, contracts.EventOrderPlaced, func(ctx context.Context, _ pgx.Tx, env inbox.Meta, _ contracts.OrderPlaced) error {
 				time.Sleep(5 * time.Millisecond) // let the others queue up for a group
 				return nil
 			})

@@ -82,7 +82,7 @@ func testOldKeys(t *testing.T, migrations fs.FS, opts []inbox.Option) {
 	}
 	s := &suite{pool: pool, validator: v, ctx: ctx, opts: opts}
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 
 	changed := old
 	changed.CorrelationID = "another content"
@@ -109,7 +109,7 @@ func testOldKeys(t *testing.T, migrations fs.FS, opts []inbox.Option) {
 func testEventConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	env := envelope(t)
 	if _, err := ib.Process(s.ctx, env); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func testEventConflict(t *testing.T, s *suite) {
 func testConcurrentConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	old := envelope(t)
 	if _, err := ib.Process(s.ctx, old); err != nil {
 		t.Fatal(err)

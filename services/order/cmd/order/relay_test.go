@@ -21,7 +21,7 @@ import (
 )
 
 // relayLogs collects the JSON logs of `order relay` and reports the address
-// of its "relay listening" line.
+// of its "http server listening" line.
 type relayLogs struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
@@ -37,7 +37,7 @@ func (l *relayLogs) Write(p []byte) (int, error) {
 			Msg  string `json:"msg"`
 			Addr string `json:"addr"`
 		}
-		if json.Unmarshal(line, &rec) == nil && rec.Msg == "relay listening" {
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "http server listening" {
 			select {
 			case l.addr <- rec.Addr:
 			default:

@@ -130,7 +130,7 @@ func newRig(t *testing.T) *rig {
 		return err
 	}
 	q := topo.Queues[0]
-	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{Queue: q.Name, Name: events.Consumer, RetryDelays: q.RetryDelays}, h, logger, reg)
+	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{Queue: q.Name, DeadLetterQueue: q.DeadLetterQueue, Name: events.Consumer, RetryDelays: q.RetryDelays}, h, logger, reg)
 	if err != nil {
 		t.Fatalf("new consumer: %v", err)
 	}

@@ -114,7 +114,7 @@ func (s *system) startConsumer(opt consumerOptions) {
 		h = opt.wrap(h)
 	}
 	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
-		Queue: contracts.QueueStock, Name: events.Consumer,
+		Queue: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, Name: events.Consumer,
 		Workers: opt.workers, Prefetch: opt.prefetch, MaxAttempts: opt.maxAttempts,
 		RetryDelays: testDelays,
 	}, h, s.logger, reg)
