@@ -7,7 +7,8 @@
 // The record, not the dead-letter queue, is the source of truth: a row is written
 // and committed before the copy is published, it keeps the body, properties and
 // headers the consumer reads, and replay and drop work from it whether or not the
-// queue still holds the copy. The table is created by each service's migrations:
+// queue still holds the copy. The table is this package's migrations (Migrations),
+// applied by each consuming service's migrate:
 //
 //	CREATE TABLE dead_letter (
 //	    id               bigserial   PRIMARY KEY,

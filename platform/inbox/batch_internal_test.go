@@ -2,10 +2,8 @@ package inbox
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,22 +15,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
 )
 
-//go:embed testdata/migrations/*.sql
-var internalMigrations embed.FS
+// testRoles are the roles the inbox's grants name in this package's tests.
+var testRoles = Roles{App: "test_app", Maintenance: "test_maintenance"}
 
 // One group holding new events, copies within the group, copies of keys stored
 // before (with and without a hash) and changed copies of each: every member gets
 // the outcome Handle would give it alone.
 func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(internalMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, migrate.Schema{Migrations(testRoles)})
 	ctx := testkit.Context(t)
 	ib := New(pool, "c", nil, nil, nil, WithGroupCommit(16, 1))
 	applied := map[string]int{}
@@ -119,11 +114,7 @@ type groupSystem struct {
 
 func newGroupSystem(t *testing.T) *groupSystem {
 	t.Helper()
-	migrations, err := fs.Sub(internalMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, migrate.Schema{Migrations(testRoles)})
 	s := &groupSystem{t: t, ctx: testkit.Context(t), pool: pool}
 	if _, err := pool.Exec(s.ctx, `CREATE TABLE group_effect (event_id uuid NOT NULL)`); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +20,11 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-// newDeliveryDB returns a database with the inbox's test migrations and a
+// newDeliveryDB returns a database with the inbox's migrations and a
 // contract validator.
 func newDeliveryDB(t *testing.T) (*pgxpool.Pool, *contracts.Validator) {
 	t.Helper()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, testSchema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -11,19 +11,10 @@
 // handlers registered for its event name (On, OnGroup), to those handlers, and can
 // group commits.
 //
-// The table is owned by each service's migrations:
+// The table ships with the package (migrations/00001_processed_event.sql): a service
+// lists Migrations in the schema its migrate applies.
 //
-//	CREATE TABLE processed_event (
-//	    consumer       text        NOT NULL,
-//	    message_key    text        NOT NULL,  -- at most 255 bytes (msgkey.MaxLen)
-//	    payload_sha256 bytea,                 -- NULL: content unknown, never a conflict
-//	    result         jsonb,                 -- mode ReturnStored
-//	    processed_at   timestamptz NOT NULL DEFAULT now(),
-//	    PRIMARY KEY (consumer, message_key)
-//	);
-//	CREATE INDEX processed_event_processed_at_idx ON processed_event (processed_at);
-//
-// Package inboxtest holds the test suite a service runs against its own migrations.
+// Package inboxtest holds the test suite a service runs against its schema.
 package inbox
 
 import (

@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"io/fs"
 	"sync"
 	"testing"
 	"time"
@@ -32,11 +31,7 @@ func TestProcessSpans(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool, _ := testkit.NewDatabase(t, migrations)
+			pool, _ := testkit.NewDatabase(t, testSchema)
 			v, err := contracts.NewValidator()
 			if err != nil {
 				t.Fatal(err)

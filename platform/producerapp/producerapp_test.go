@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/producerapp"
@@ -89,7 +89,9 @@ func program(vars map[string]string, stdout, stderr io.Writer) func(ctx context.
 // counts it.
 func TestASecondProducerRelaysPurgesAndReplays(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, os.DirFS("../outbox/testdata/schema"))
+	pool, dbURL := testkit.NewDatabase(t, migrate.Schema{
+		outbox.Migrations(outbox.Roles{Writer: "test_writer", Relay: "test_relay", Maintenance: "test_maintenance"}),
+	})
 	amqpURL := testkit.NewVhost(t)
 	v, err := contracts.NewValidator()
 	if err != nil {

@@ -143,7 +143,7 @@ func startRelay(t *testing.T, vars map[string]string) (string, *relayLogs, func(
 
 func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	id := insertOutboxRow(t, pool, time.Time{})
 	base, logs, stop := startRelay(t, map[string]string{
@@ -301,7 +301,7 @@ func TestPurgeOutboxCommand(t *testing.T) {
 		}
 	}
 
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	for _, c := range []struct{ olderThan, horizon string }{{"2m", ""}, {"167h", ""}, {"1h", "2h"}} {
 		err := run(t.Context(), []string{"order", "purge-outbox", "--older-than", c.olderThan},
 			env(map[string]string{"ORDER_DATABASE_URL": dbURL, "OUTBOX_REPLAY_HORIZON": c.horizon}), io.Discard, io.Discard)
@@ -350,7 +350,7 @@ func TestPurgeOutboxCommand(t *testing.T) {
 // RELAY_STALL_TIMEOUT has passed, and 200 again once the row is published.
 func TestRelayCommandReadyzReportsALeaderThatCannotPublish(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	base, logs, stop := startRelay(t, map[string]string{
 		"ORDER_DATABASE_URL":  dbURL,

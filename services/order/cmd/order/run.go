@@ -113,7 +113,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
+				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.Schema, logger)
 			}); err != nil {
 				return nil, err
 			}
@@ -145,5 +145,5 @@ func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Write
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceMigrate)
 	logger.InfoContext(ctx, "migrating", slog.Any("config", cfg))
-	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
+	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.Schema, logger)
 }

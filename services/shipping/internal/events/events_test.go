@@ -104,7 +104,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := testkit.Context(t)
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	topo := testTopology(t)
 
 	dialCtx, cancel := context.WithTimeout(ctx, waitFor)

@@ -34,7 +34,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Summary: "reserves stock for placed orders from the order events on " + contracts.QueueStock,
 		Commands: []cli.Command{
 			service.ServeCommand(getenv, stderr, events.Register, routes),
-			service.MigrateCommand(migrations.FS, getenv, stderr),
+			service.MigrateCommand(migrations.Schema, getenv, stderr),
 			service.PurgeInboxCommand(getenv, stdout),
 			service.DLQCommand(getenv, stdout, stderr),
 		},

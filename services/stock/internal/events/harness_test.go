@@ -48,7 +48,7 @@ type system struct {
 func newSystem(t testing.TB) *system {
 	t.Helper()
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,13 @@
 
 -- +goose Up
 ALTER TABLE dead_letter
-    ADD COLUMN body        bytea NULL,
+    ADD COLUMN IF NOT EXISTS body        bytea NULL,
     -- message_id, type, content_type, correlation_id, timestamp (RFC 3339): the
     -- properties that are set.
-    ADD COLUMN properties  jsonb NULL,
+    ADD COLUMN IF NOT EXISTS properties  jsonb NULL,
     -- The AMQP headers; strings, numbers and booleans as JSON, other values as text.
-    ADD COLUMN headers     jsonb NULL,
-    ADD COLUMN routing_key text  NULL;
+    ADD COLUMN IF NOT EXISTS headers     jsonb NULL,
+    ADD COLUMN IF NOT EXISTS routing_key text  NULL;
 
 -- +goose Down
 ALTER TABLE dead_letter
