@@ -83,7 +83,8 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		if err != nil {
 			return nil, err
 		}
-		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window}, reg, logger)
+		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window,
+			QueueDepths: pr.QueueDepths}, reg, logger)
 		if err != nil {
 			return nil, err
 		}
