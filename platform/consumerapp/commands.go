@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"time"
 
 	"example.com/shop/contracts"
@@ -31,9 +30,9 @@ func (s Service) contract() contracts.Consumer {
 }
 
 // MigrateCommand is `<name> migrate`: it creates the service's database if it is
-// missing and applies the migrations of migrations, logging each one and the
+// missing and applies schema (the platform's sets it uses, then its own), logging each one and the
 // outcome as JSON on stderr (migrate.Apply); running it again applies nothing.
-func (s Service) MigrateCommand(migrations fs.FS, getenv func(string) string, stderr io.Writer) cli.Command {
+func (s Service) MigrateCommand(schema migrate.Schema, getenv func(string) string, stderr io.Writer) cli.Command {
 	return cli.Command{
 		Name:    "migrate",
 		Summary: "create the " + s.Name + " database if missing and apply the embedded migrations",
@@ -44,7 +43,7 @@ func (s Service) MigrateCommand(migrations fs.FS, getenv func(string) string, st
 				return err
 			}
 			logger := logging.New(stderr, cfg.LogLevel, s.Name+"-migrate")
-			if err := migrate.Apply(ctx, cfg.DatabaseURL, migrations, logger); err != nil {
+			if err := migrate.Apply(ctx, cfg.DatabaseURL, schema, logger); err != nil {
 				return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 			}
 			return nil
@@ -104,7 +103,8 @@ func (s Service) purgeInbox(ctx context.Context, getenv func(string) string, old
 // service's dead-letter queue, with INBOX_MIN_RETENTION as the horizon past which
 // replay refuses a message, and the consumer's own check of a delivery
 // (dlq.ContractCheck): replay, --dry-run included, refuses a message the consumer
-// would dead-letter again, and says why. dlq.Run states its guarantees and errors.
+// would dead-letter again, and says why, and reports an event Service.Stale calls
+// stale. dlq.Run states its guarantees and errors.
 func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer) cli.Command {
 	c := s.contract()
 	return cli.Command{
@@ -127,6 +127,7 @@ func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer
 				Consumer: s.Name, Queue: c.Queue, DeadLetterQueue: c.DeadLetterQueue,
 				DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
 				Check:  dlq.ContractCheck(validator, c),
+				Stale:  s.Stale,
 				Logger: logging.New(stderr, cfg.LogLevel, s.Name+"-dlq"),
 				Env:    func(env *config.Env) { s.LoadDLQConfig(env) },
 			}, args, stdout, stderr)
