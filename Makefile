@@ -15,7 +15,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test unit e2e lint demo bench chaos up down clean tidy
+.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy
 
 all: lint test
 
@@ -60,12 +60,18 @@ CHAOS_ORDERS ?= 10000
 chaos: build
 	$(GO) run ./e2e/cmd/chaos -orders $(CHAOS_ORDERS)
 
-## up: the whole system in Docker (needs a Docker engine)
+## up: the whole system in Docker (needs a Docker engine with `docker compose`; README.md)
 up:
 	VERSION=$(VERSION) docker compose up -d --build
 
 down:
 	docker compose down -v
+
+## compose-test: docker-compose.yml run for real: up, orders through the published ports, the live page, the ledger, the demo, a relay crash, down
+# deploy/compose-test.sh starts dockerd, builds the compose tool and the base images
+# this machine cannot pull when they are missing, then runs the test on its own ports.
+compose-test:
+	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 30m ./e2e/composeup/
 
 tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done

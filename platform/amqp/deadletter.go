@@ -53,7 +53,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 		Delivery: Delivery{
 			Body: d.Body, MessageID: d.MessageId, Type: d.Type, RoutingKey: d.RoutingKey,
 			CorrelationID: d.CorrelationId, Timestamp: d.Timestamp, Headers: d.Headers,
-			Attempt: attempt, Redelivered: d.Redelivered,
+			Attempt: attempt, Redelivered: d.Redelivered, ContentType: d.ContentType,
 		},
 		Reason:   cut(cause.Error(), MaxLastErrorBytes),
 		Attempts: attempt,

@@ -103,7 +103,8 @@ func (s Service) purgeInbox(ctx context.Context, getenv func(string) string, old
 // service's dead-letter queue, with INBOX_MIN_RETENTION as the horizon past which
 // replay refuses a message, and the consumer's own check of a delivery
 // (dlq.ContractCheck): replay, --dry-run included, refuses a message the consumer
-// would dead-letter again, and says why. dlq.Run states its guarantees and errors.
+// would dead-letter again, and says why, and reports an event Service.Stale calls
+// stale. dlq.Run states its guarantees and errors.
 func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer) cli.Command {
 	c := s.contract()
 	return cli.Command{
@@ -126,6 +127,7 @@ func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer
 				Consumer: s.Name, Queue: c.Queue, DeadLetterQueue: c.DeadLetterQueue,
 				DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
 				Check:  dlq.ContractCheck(validator, c),
+				Stale:  s.Stale,
 				Logger: logging.New(stderr, cfg.LogLevel, s.Name+"-dlq"),
 				Env:    func(env *config.Env) { s.LoadDLQConfig(env) },
 			}, args, stdout, stderr)

@@ -10,6 +10,7 @@ import (
 
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
+	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/pg"
 )
@@ -29,6 +30,10 @@ type Service struct {
 	// Workers and InboxGroup are the defaults of <EnvPrefix>WORKERS and
 	// <EnvPrefix>INBOX_GROUP (1 = group commit off).
 	Workers, InboxGroup int
+	// Stale, when set, is the service's own word on whether a dead-lettered event
+	// has been overtaken by its state (its order_status version): `dlq replay`
+	// reports such an event as "stale: will change nothing".
+	Stale dlq.Stale
 }
 
 // Defaults of the variables every consuming service reads alike.

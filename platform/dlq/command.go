@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
@@ -46,12 +45,17 @@ type Config struct {
 	// replay, --dry-run included, refuses without --force a message it fails, which
 	// the consumer would dead-letter again at once, and says why.
 	Check Check `json:"-"`
+	// Stale, when set, is the service's own word on a valid event its inbox has not
+	// seen: replay reports an event it calls stale as "stale: will change nothing"
+	// (and replays it, closing the dead letter).
+	Stale Stale `json:"-"`
 
 	// Env, when set, reads the configuration the caller reads, so that each
 	// subcommand's --help lists the environment variables with their defaults.
 	Env func(env *config.Env) `json:"-"`
 
-	// pause, for tests only, waits between a replayed copy's confirm and the ack.
+	// pause, for tests only, waits between a replayed message's confirm and the
+	// commit of its resolution.
 	pause time.Duration
 }
 
@@ -60,23 +64,32 @@ const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force
 
 // Run runs one dlq subcommand, args being what follows "dlq" (flags before ids):
 //
-//	list [--json]                             every message in the dead-letter queue: event_id,
-//	                                          event name, attempts, age and reason (--json: an
-//	                                          array of {event_id, event_name, attempts, reason,
-//	                                          dead_lettered_at, message_key})
-//	show ID                                   one message whole: properties, headers, body
-//	replay [--dry-run] [--force] (--all|ID...) move messages back to the queue, x-attempt reset
-//	drop ID...                                delete messages, logging each
+//	list [--json]                             every open dead letter, and every message of the
+//	                                          dead-letter queue without one: event_id, event
+//	                                          name, attempts, age, queue copy and reason (--json:
+//	                                          an array of Entry)
+//	show ID                                   one dead letter whole: properties, headers, body
+//	replay [--dry-run] [--force] (--all|ID...) put messages back in the queue, x-attempt reset
+//	drop ID...                                close dead letters without replaying them
 //
-// An ID is a message key (the event_id of an event). Every command reads the
-// dead-letter queue by taking each message once and settling it by a confirmed
-// publish (back to the tail of the dead-letter queue, or to the service's queue for
-// replay) before its ack, so a message is never lost: a command killed at any moment
-// leaves each message in the dead-letter queue, in the service's queue, or in both
-// (the inbox then skips the second copy). replay and drop also resolve the message's
-// dead_letter rows. It returns an error for bad arguments, an ID that was not found,
-// a refused replay, and a database or broker failure; a command line that cannot run
-// is a *cli.UsageError (exit 2), and --help on a subcommand prints its own flags.
+// An ID is a message key (the event_id of an event). The dead_letter record is the
+// source of truth (docs/operations.md, "Dead letters"): replay publishes the message
+// the record keeps, whether or not the dead-letter queue still holds its copy, and a
+// missing copy is reported, not an error; the queue copy is used only for a record
+// written without its message, or a message that has no record. Each ID is settled
+// in one transaction that locks its open rows: the message is published with a
+// confirm, the rows resolved, the transaction committed, then the copies in the
+// dead-letter queue acknowledged. So each dead letter is replayed once, a command
+// killed at any moment loses nothing (a message replayed but not yet resolved is
+// replayed again later and skipped by the inbox as a duplicate), and a concurrent
+// run that finds an ID taken by another (or already resolved) says so and counts it
+// as done. Every other message of the dead-letter queue is read once and put back at
+// its tail by a confirmed publish before its ack.
+//
+// It returns an error for bad arguments, an ID that is neither recorded nor in the
+// queue, a refused replay, and a database or broker failure; a command line that
+// cannot run is a *cli.UsageError (exit 2), and --help on a subcommand prints its own
+// flags.
 func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 5 * time.Second
@@ -100,11 +113,11 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	} else {
 		name += " dlq"
 	}
-	err := cli.Program{Name: name, Summary: "read, replay or drop the dead-letter queue", Commands: []cli.Command{{
+	err := cli.Program{Name: name, Summary: "read, replay or drop dead letters", Commands: []cli.Command{{
 		Name:    "list",
-		Summary: "every message in the dead-letter queue: event_id, event name, attempts, age and reason",
+		Summary: "every open dead letter: event_id, event name, attempts, age, queue copy and reason",
 		Flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {event_id, event_name, attempts, reason, dead_lettered_at, message_key}")
+			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {event_id, event_name, attempts, reason, dead_lettered_at, message_key, recorded, in_queue}")
 		},
 		Env: cfg.Env,
 		Run: func(ctx context.Context, _ []string) error {
@@ -113,7 +126,7 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	}, {
 		Name:    "show",
 		Args:    "ID",
-		Summary: "one message whole: properties, headers, body",
+		Summary: "one dead letter whole: properties, headers, body",
 		Env:     cfg.Env,
 		Run: func(ctx context.Context, ids []string) error {
 			if len(ids) != 1 {
@@ -124,7 +137,7 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	}, {
 		Name:    "replay",
 		Args:    "(--all | ID...)",
-		Summary: "move messages back to the service's queue, x-attempt reset",
+		Summary: "put dead letters back in the service's queue from their record, x-attempt reset",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
 			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again")
@@ -140,7 +153,7 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	}, {
 		Name:    "drop",
 		Args:    "ID...",
-		Summary: "delete messages, logging each",
+		Summary: "close dead letters without replaying them, logging each",
 		Env:     cfg.Env,
 		Run: func(ctx context.Context, ids []string) error {
 			if len(ids) == 0 {
@@ -206,169 +219,6 @@ func (s *session) close() {
 	s.pool.Close()
 }
 
-// Message is one message of the dead-letter queue.
-type Message struct {
-	Identity
-	Delivery       amqp091.Delivery
-	Reason         string    // x-last-error
-	Attempts       int       // x-attempt
-	DeadLetteredAt time.Time // x-dead-lettered-at, else the AMQP timestamp
-}
-
-func (m *Message) matches(id string) bool {
-	return id != "" && (id == m.Key || id == m.Delivery.MessageId || (m.EventID != uuid.Nil && strings.EqualFold(id, m.EventID.String())))
-}
-
-func newMessage(d amqp091.Delivery) *Message {
-	m := &Message{Identity: Identify(d.Body, d.MessageId, d.Type), Delivery: d}
-	if s, ok := d.Headers[amqp.HeaderLastError].(string); ok {
-		m.Reason = s
-	} else if d.Headers["x-first-death-reason"] != nil {
-		m.Reason = fmt.Sprintf("rejected by the consumer (%v), no x-last-error", d.Headers["x-first-death-reason"])
-	}
-	m.Attempts = attempts(d.Headers[amqp.HeaderAttempt])
-	if s, ok := d.Headers[amqp.HeaderDeadLetteredAt].(string); ok {
-		m.DeadLetteredAt, _ = time.Parse(amqp.DeadLetterTimeFormat, s)
-	}
-	if m.DeadLetteredAt.IsZero() {
-		m.DeadLetteredAt = d.Timestamp
-	}
-	return m
-}
-
-func attempts(v any) int {
-	switch x := v.(type) {
-	case int32:
-		return int(x)
-	case int64:
-		return int(x)
-	case int16:
-		return int(x)
-	case int8:
-		return int(x)
-	case int:
-		return x
-	}
-	return 1
-}
-
-// action is what browse does with one message.
-type action int
-
-const (
-	keep   action = iota // back to the tail of the dead-letter queue
-	move                 // to the service's queue, resolved as replayed
-	remove               // acked, resolved as dropped
-)
-
-// browse takes each message that is in the dead-letter queue when it starts, once,
-// asks decide what to do with it and does it: the copy is published with a confirm
-// (keep, move) and the dead_letter rows resolved (move, remove) before the original is
-// acked; then it writes decide's line, if any, to w. It stops at the first error;
-// unacked messages return to the queue when the connection closes.
-func (s *session) browse(ctx context.Context, w io.Writer, decide func(m *Message) (action, string, error)) error {
-	q, err := s.ch.QueueDeclarePassive(s.cfg.DeadLetterQueue, true, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("dlq: queue %s: %w", s.cfg.DeadLetterQueue, err)
-	}
-	for range q.Messages {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d, ok, err := s.ch.Get(s.cfg.DeadLetterQueue, false)
-		if err != nil {
-			return fmt.Errorf("dlq: get from %s: %w", s.cfg.DeadLetterQueue, err)
-		}
-		if !ok {
-			return nil // taken by someone else meanwhile
-		}
-		m := newMessage(d)
-		act, line, err := decide(m)
-		if err != nil {
-			return err
-		}
-		switch act {
-		case keep:
-			err = s.publish(ctx, s.cfg.DeadLetterQueue, copyOf(d, false))
-		case move:
-			if err = s.publish(ctx, s.cfg.Queue, copyOf(d, true)); err == nil {
-				err = s.resolve(ctx, m, "replayed")
-			}
-		case remove:
-			err = s.resolve(ctx, m, "dropped")
-		}
-		if err != nil {
-			return err
-		}
-		if act == move && s.cfg.pause > 0 {
-			time.Sleep(s.cfg.pause) // tests kill the command here, between confirm and ack
-		}
-		if err := d.Ack(false); err != nil {
-			return fmt.Errorf("dlq: ack %s: %w", m.Key, err)
-		}
-		if line != "" {
-			fmt.Fprintln(w, line)
-		}
-	}
-	return nil
-}
-
-// publish sends msg to queue through the default exchange, mandatory, and waits for
-// the confirm (at most ConfirmTimeout).
-func (s *session) publish(ctx context.Context, queue string, msg amqp091.Publishing) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
-	defer cancel()
-	dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
-	if err != nil {
-		return fmt.Errorf("dlq: publish %s to %s: %w", msg.MessageId, queue, err)
-	}
-	acked, err := dc.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return fmt.Errorf("dlq: publish %s to %s: no confirm: %w", msg.MessageId, queue, err)
-	case !acked:
-		return fmt.Errorf("dlq: publish %s to %s: nacked by the broker", msg.MessageId, queue)
-	}
-	select {
-	case r := <-s.returns: // a return comes before its confirm
-		return fmt.Errorf("dlq: publish %s to %s: returned: %s", r.MessageId, queue, r.ReplyText)
-	default:
-		return nil
-	}
-}
-
-const resolveDeadLetter = `UPDATE dead_letter SET resolved_at = now(), resolution = $3
-WHERE consumer = $1 AND message_key = $2 AND resolved_at IS NULL`
-
-func (s *session) resolve(ctx context.Context, m *Message, resolution string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.pool.Exec(ctx, resolveDeadLetter, s.cfg.Consumer, m.Key, resolution); err != nil {
-		return fmt.Errorf("dlq: mark %s %s: %w", m.Key, resolution, err)
-	}
-	return nil
-}
-
-// copyOf is d as a new persistent message. For a replay the dead-letter headers are
-// removed, which resets the attempt count to 1.
-func copyOf(d amqp091.Delivery, replay bool) amqp091.Publishing {
-	h := make(amqp091.Table, len(d.Headers))
-	for k, v := range d.Headers {
-		h[k] = v
-	}
-	if replay {
-		delete(h, amqp.HeaderAttempt)
-		delete(h, amqp.HeaderLastError)
-		delete(h, amqp.HeaderDeadLetteredAt)
-	}
-	return amqp091.Publishing{
-		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: amqp091.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
-		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-		UserId: d.UserId, AppId: d.AppId, Body: d.Body,
-	}
-}
-
 // Entry is one line of `dlq list --json`.
 type Entry struct {
 	EventID        *string   `json:"event_id"`
@@ -377,22 +227,57 @@ type Entry struct {
 	Reason         string    `json:"reason"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at"`
 	MessageKey     string    `json:"message_key"`
+	// Recorded: an open dead_letter row holds it. A message in the queue without one
+	// is a stale copy of a resolved dead letter, or was dead-lettered without a record.
+	Recorded bool `json:"recorded"`
+	// InQueue: the dead-letter queue holds a copy. An open record without one is
+	// replayed from the record.
+	InQueue bool `json:"in_queue"`
+}
+
+func entryOf(id Identity, reason string, attempts int, at time.Time) Entry {
+	e := Entry{EventName: id.EventName, Attempts: attempts, Reason: reason, DeadLetteredAt: at.UTC(), MessageKey: id.Key}
+	if id.EventID != uuid.Nil {
+		s := id.EventID.String()
+		e.EventID = &s
+	}
+	return e
 }
 
 func (s *session) list(ctx context.Context, stdout io.Writer, asJSON bool) error {
-	entries := []Entry{}
-	err := s.browse(ctx, io.Discard, func(m *Message) (action, string, error) {
-		e := Entry{EventName: m.EventName, Attempts: m.Attempts, Reason: m.Reason,
-			DeadLetteredAt: m.DeadLetteredAt.UTC(), MessageKey: m.Key}
-		if m.EventID != uuid.Nil {
-			id := m.EventID.String()
-			e.EventID = &id
-		}
-		entries = append(entries, e)
-		return keep, "", nil
-	})
+	recs, err := s.openRecords(ctx)
 	if err != nil {
 		return err
+	}
+	c, err := s.scan(ctx, nil)
+	if err != nil {
+		return err
+	}
+	entries := []Entry{}
+	recorded := map[string]bool{}
+	missing := 0
+	for _, r := range recs {
+		if recorded[r.key] {
+			continue // the same key dead-lettered twice before a decision: one dead letter
+		}
+		recorded[r.key] = true
+		e := entryOf(r.identity(), r.reason, r.attempts, r.at)
+		e.Recorded, e.InQueue = true, len(c.byKey[r.key]) > 0
+		if !e.InQueue {
+			missing++
+		}
+		entries = append(entries, e)
+	}
+	unrecorded := 0
+	for _, k := range c.order {
+		if recorded[k] {
+			continue
+		}
+		m := c.byKey[k][0]
+		e := entryOf(m.Identity, m.Reason, m.Attempts, m.DeadLetteredAt)
+		e.InQueue = true
+		entries = append(entries, e)
+		unrecorded++
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -400,202 +285,75 @@ func (s *session) list(ctx context.Context, stdout io.Writer, asJSON bool) error
 		return enc.Encode(entries)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT_ID\tEVENT_NAME\tATTEMPTS\tAGE\tREASON")
+	fmt.Fprintln(tw, "EVENT_ID\tEVENT_NAME\tATTEMPTS\tAGE\tQUEUE_COPY\tREASON")
 	now := time.Now()
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.MessageKey, orDash(e.EventName), e.Attempts,
-			age(now, e.DeadLetteredAt), oneLine(e.Reason, 120))
+		copyState := "yes"
+		switch {
+		case !e.Recorded:
+			copyState = "no record"
+		case !e.InQueue:
+			copyState = "missing"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.MessageKey, orDash(e.EventName), e.Attempts,
+			age(now, e.DeadLetteredAt), copyState, oneLine(e.Reason, 120))
 	}
-	fmt.Fprintf(tw, "%d messages in %s\n", len(entries), s.cfg.DeadLetterQueue)
+	fmt.Fprintf(tw, "%s open, %d without a copy in %s (replayed from the record); %s in %s without an open record\n",
+		plural(len(recorded), "dead letter"), missing, s.cfg.DeadLetterQueue, plural(unrecorded, "message"), s.cfg.DeadLetterQueue)
 	return tw.Flush()
 }
 
 func (s *session) show(ctx context.Context, stdout io.Writer, id string) error {
-	var found *Message
-	err := s.browse(ctx, io.Discard, func(m *Message) (action, string, error) {
-		if found == nil && m.matches(id) {
-			found = m
-		}
-		return keep, "", nil
-	})
+	key := keyOf(id)
+	rec, recorded, err := s.latestRecord(ctx, key)
 	if err != nil {
 		return err
 	}
-	if found == nil {
-		return fmt.Errorf("dlq show: %s is not in %s", id, s.cfg.DeadLetterQueue)
+	c, err := s.scan(ctx, nil)
+	if err != nil {
+		return err
 	}
-	d := found.Delivery
-	var body any = string(d.Body)
-	if json.Valid(d.Body) {
-		body = json.RawMessage(d.Body)
+	inQueue := c.of(id)
+	var m *Message
+	if recorded {
+		m = rec.message()
 	}
-	out := map[string]any{
-		"message_key": found.Key, "event_name": found.EventName, "attempts": found.Attempts,
-		"reason": found.Reason, "dead_lettered_at": found.DeadLetteredAt.UTC(),
-		"properties": map[string]any{
+	if m == nil && len(inQueue) > 0 {
+		m = inQueue[0]
+	}
+	if m == nil && !recorded {
+		return fmt.Errorf("dlq show: %s is not recorded and not in %s", id, s.cfg.DeadLetterQueue)
+	}
+	out := map[string]any{"message_key": key, "recorded": recorded, "in_queue": len(inQueue) > 0}
+	if recorded {
+		out["reason"], out["attempts"], out["dead_lettered_at"] = rec.reason, rec.attempts, rec.at.UTC()
+		out["resolution"], out["resolved_at"] = rec.resolution, rec.resolvedAt
+	}
+	if m == nil {
+		out["body"] = nil
+		out["note"] = "the record was written without its message and the queue holds no copy"
+	} else {
+		d := m.Delivery
+		out["message_key"], out["event_name"] = m.Key, m.EventName
+		if !recorded {
+			out["reason"], out["attempts"], out["dead_lettered_at"] = m.Reason, m.Attempts, m.DeadLetteredAt.UTC()
+		}
+		var body any = string(d.Body)
+		if json.Valid(d.Body) {
+			body = json.RawMessage(d.Body)
+		}
+		props := map[string]any{
 			"message_id": d.MessageId, "type": d.Type, "content_type": d.ContentType,
-			"correlation_id": d.CorrelationId, "timestamp": d.Timestamp.UTC(), "delivery_mode": d.DeliveryMode,
-			"routing_key": d.RoutingKey,
-		},
-		"headers": d.Headers,
-		"body":    body,
+			"correlation_id": d.CorrelationId, "timestamp": d.Timestamp.UTC(), "routing_key": d.RoutingKey,
+		}
+		if d.DeliveryMode != 0 {
+			props["delivery_mode"] = d.DeliveryMode
+		}
+		out["properties"], out["headers"], out["body"] = props, headersOf(d.Headers), body
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
-}
-
-// Verdicts of replay, one per message.
-const (
-	VerdictApply     = "apply"
-	VerdictDuplicate = "duplicate"
-	VerdictExpired   = "older than the inbox purge horizon"
-	VerdictNoEvent   = "no event_id"
-	VerdictInvalid   = "would dead-letter again"
-)
-
-// verdict says what replaying m would do, in the order the consumer decides it:
-// no event_id, then the consumer's check (Config.Check, whose error is the reason
-// returned), then its inbox key, then the horizon.
-func (s *session) verdict(ctx context.Context, m *Message) (verdict, reason string, err error) {
-	if m.EventID == uuid.Nil {
-		return VerdictNoEvent, "", nil
-	}
-	if s.cfg.Check != nil {
-		if err := s.cfg.Check(m.Delivery); err != nil {
-			return VerdictInvalid, err.Error(), nil
-		}
-	}
-	dup, err := s.processed(ctx, m.EventID)
-	if err != nil {
-		return "", "", err
-	}
-	switch {
-	case dup:
-		return VerdictDuplicate, "", nil
-	case !m.OccurredAt.IsZero() && time.Since(m.OccurredAt) > s.cfg.Horizon:
-		return VerdictExpired, "", nil
-	}
-	return VerdictApply, "", nil
-}
-
-// processed reports whether the inbox holds the event's key: replaying it then
-// changes nothing, the consumer skips it as a duplicate.
-func (s *session) processed(ctx context.Context, eventID uuid.UUID) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_event WHERE consumer = $1 AND message_key = $2)`,
-		s.cfg.Consumer, eventID.String()).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("dlq: look up the inbox key of %s: %w", eventID, err)
-	}
-	return ok, nil
-}
-
-func (s *session) replay(ctx context.Context, stdout io.Writer, ids []string, dryRun, force bool) error {
-	want := map[string]bool{}
-	for _, id := range ids {
-		want[id] = false
-	}
-	var moved, refused, dup int
-	err := s.browse(ctx, stdout, func(m *Message) (action, string, error) {
-		if len(ids) > 0 {
-			hit := false
-			for _, id := range ids {
-				if !want[id] && m.matches(id) {
-					want[id], hit = true, true
-					break
-				}
-			}
-			if !hit {
-				return keep, "", nil
-			}
-		}
-		v, reason, err := s.verdict(ctx, m)
-		if err != nil {
-			return keep, "", err
-		}
-		verb, act := "replayed", move
-		switch {
-		case (v == VerdictExpired || v == VerdictNoEvent || v == VerdictInvalid) && !force:
-			verb, act = "refused", keep
-			refused++
-		case dryRun:
-			verb, act = "would replay", keep
-		}
-		note := v
-		switch v {
-		case VerdictDuplicate:
-			dup++
-			note += ": already processed, the consumer will skip it"
-		case VerdictExpired:
-			note = fmt.Sprintf("%s (%s): its inbox key may be purged", v, s.cfg.Horizon)
-		case VerdictNoEvent:
-			note += ": not an event envelope, it will fail again"
-		case VerdictInvalid:
-			note += ": " + oneLine(reason, 200)
-		}
-		if verb == "refused" {
-			note += "; --force replays it"
-		}
-		if act == move {
-			moved++
-			s.cfg.Logger.Info("replaying dead letter", slog.String("message_key", m.Key),
-				slog.String("event_name", m.EventName), slog.String("verdict", v), slog.String("queue", s.cfg.Queue))
-		}
-		return act, fmt.Sprintf("%-12s  %-36s  %-24s  %s", verb, m.Key, orDash(m.EventName), note), nil
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d replayed to %s, %d refused, %d duplicates%s\n", moved, s.cfg.Queue, refused, dup,
-		map[bool]string{true: " (dry run: nothing changed)", false: ""}[dryRun])
-	if missing := notFound(ids, want); len(missing) > 0 {
-		return fmt.Errorf("dlq replay: not in %s: %s", s.cfg.DeadLetterQueue, strings.Join(missing, ", "))
-	}
-	if refused > 0 {
-		return fmt.Errorf("dlq replay: %d messages refused; see above", refused)
-	}
-	return nil
-}
-
-func (s *session) drop(ctx context.Context, stdout io.Writer, ids []string) error {
-	want := map[string]bool{}
-	for _, id := range ids {
-		want[id] = false
-	}
-	n := 0
-	err := s.browse(ctx, stdout, func(m *Message) (action, string, error) {
-		for _, id := range ids {
-			if !want[id] && m.matches(id) {
-				want[id] = true
-				n++
-				s.cfg.Logger.Warn("dead letter dropped", slog.String("message_key", m.Key),
-					slog.String("event_name", m.EventName), slog.Int("attempts", m.Attempts), slog.String("reason", m.Reason))
-				return remove, fmt.Sprintf("%-12s  %-36s  %s", "dropped", m.Key, orDash(m.EventName)), nil
-			}
-		}
-		return keep, "", nil
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d dropped from %s\n", n, s.cfg.DeadLetterQueue)
-	if missing := notFound(ids, want); len(missing) > 0 {
-		return fmt.Errorf("dlq drop: not in %s: %s", s.cfg.DeadLetterQueue, strings.Join(missing, ", "))
-	}
-	return nil
-}
-
-func notFound(ids []string, seen map[string]bool) []string {
-	var out []string
-	for _, id := range ids {
-		if !seen[id] {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 func orDash(s string) string {

@@ -16,7 +16,8 @@ const scrapeTimeout = 2 * time.Second
 
 // Collector exports, on every scrape:
 //
-//	dead_letters_open{consumer}   dead_letter rows of the consumer not yet replayed or dropped
+//	dead_letters_open{consumer}   message keys with a dead_letter row of the consumer not yet
+//	                              replayed or dropped
 //	amqp_queue_messages{queue}    messages ready in each watched queue (the dead-letter
 //	                              queue, the unroutable queue), read with a passive declare
 //
@@ -57,7 +58,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	var n int64
-	err := c.pool.QueryRow(ctx, `SELECT count(*) FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, c.consumer).Scan(&n)
+	err := c.pool.QueryRow(ctx, `SELECT count(DISTINCT message_key) FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, c.consumer).Scan(&n)
 	if err != nil {
 		c.logger.Debug("dead_letters_open not collected", slog.Any("error", err))
 	} else {

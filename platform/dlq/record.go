@@ -1,10 +1,14 @@
 // Package dlq handles a consuming service's dead letters: it records each one in the
-// service's dead_letter table as the consumer dead-letters it, exports how many are
-// open, and runs the `dlq list|show|replay|drop` subcommands that let an operator read
-// why a message failed and move it back to its queue (docs/architecture.md, step 5 of
-// the flow; docs/operations.md, "Dead letters").
+// service's dead_letter table as the consumer dead-letters it, the message included,
+// exports how many are open, and runs the `dlq list|show|replay|drop` subcommands
+// that let an operator read why a message failed and put it back in its queue
+// (docs/architecture.md, step 5 of the flow; docs/operations.md, "Dead letters").
 //
-// The table it writes is owned by each service's migrations:
+// The record, not the dead-letter queue, is the source of truth: a row is written
+// and committed before the copy is published, it keeps the body, properties and
+// headers the consumer reads, and replay and drop work from it whether or not the
+// queue still holds the copy. The table is this package's migrations (Migrations),
+// applied by each consuming service's migrate:
 //
 //	CREATE TABLE dead_letter (
 //	    id               bigserial   PRIMARY KEY,
@@ -16,7 +20,11 @@
 //	    attempts         integer     NOT NULL,
 //	    dead_lettered_at timestamptz NOT NULL DEFAULT now(),
 //	    resolved_at      timestamptz NULL,
-//	    resolution       text        NULL CHECK (resolution IN ('replayed', 'dropped'))
+//	    resolution       text        NULL CHECK (resolution IN ('replayed', 'dropped')),
+//	    body             bytea       NULL, -- NULL in rows written before the columns existed
+//	    properties       jsonb       NULL, -- message_id, type, content_type, correlation_id, timestamp
+//	    headers          jsonb       NULL,
+//	    routing_key      text        NULL
 //	);
 package dlq
 
@@ -26,10 +34,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
 )
@@ -88,23 +98,42 @@ func Identify(body []byte, messageID, typ string) Identity {
 	return id
 }
 
+// insertDeadLetter writes one row per dead-lettering. A key dead-lettered again
+// before anyone decided about it (a duplicate copy, or the same delivery again after
+// a failed publish of its copy) gets a second open row: the dlq commands settle a
+// key's open rows together, and a row written while `dlq replay` holds the key's
+// rows (the replayed message failed again at once) stays open after it.
 const insertDeadLetter = `INSERT INTO dead_letter
-    (consumer, message_key, event_id, event_name, reason, attempts, dead_lettered_at)
-VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6, $7)`
+    (consumer, message_key, event_id, event_name, reason, attempts, dead_lettered_at,
+     body, properties, headers, routing_key)
+VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, $10, NULLIF($11, ''))`
 
-// Record writes one dead_letter row for dl as consumer. It is the
-// amqp.ConsumerConfig.OnDeadLetter of a consuming service, so the row exists before
-// the dead-lettered copy is published; an error (the database is unreachable) keeps
-// the message in its queue. The call is bounded by ctx and by 5 s.
+// Record writes a dead_letter row for dl as consumer, with the message's body,
+// properties and headers (docs/architecture.md, rule 3). It is the amqp.ConsumerConfig.OnDeadLetter of a consuming service, so
+// the row is committed before the dead-lettered copy is published: a copy in the
+// dead-letter queue always has its row, and a crash in between leaves a row whose
+// message is still in its queue. An error (the database is unreachable) keeps the
+// message in its queue. The call is bounded by ctx and by 5 s.
 func Record(ctx context.Context, db Execer, consumer string, dl amqp.DeadLetter) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	id := Identify(dl.Delivery.Body, dl.Delivery.MessageID, dl.Delivery.Type)
+	d := dl.Delivery
+	id := Identify(d.Body, d.MessageID, d.Type)
 	var eventID *uuid.UUID
 	if id.EventID != uuid.Nil {
 		eventID = &id.EventID
 	}
-	if _, err := db.Exec(ctx, insertDeadLetter, consumer, id.Key, eventID, id.EventName, dl.Reason, dl.Attempts, dl.At); err != nil {
+	props := properties{MessageID: d.MessageID, Type: d.Type, ContentType: d.ContentType, CorrelationID: d.CorrelationID}
+	if !d.Timestamp.IsZero() {
+		ts := d.Timestamp.UTC()
+		props.Timestamp = &ts
+	}
+	body := d.Body
+	if body == nil {
+		body = []byte{} // NULL means "not recorded"
+	}
+	if _, err := db.Exec(ctx, insertDeadLetter, consumer, id.Key, eventID, id.EventName, dl.Reason, dl.Attempts, dl.At,
+		body, props, headersJSON(d.Headers), d.RoutingKey); err != nil {
 		return fmt.Errorf("record dead letter %s: %w", id.Key, err)
 	}
 	return nil
@@ -113,4 +142,76 @@ func Record(ctx context.Context, db Execer, consumer string, dl amqp.DeadLetter)
 // Recorder returns Record bound to db and consumer, an amqp.ConsumerConfig.OnDeadLetter.
 func Recorder(db Execer, consumer string) func(context.Context, amqp.DeadLetter) error {
 	return func(ctx context.Context, dl amqp.DeadLetter) error { return Record(ctx, db, consumer, dl) }
+}
+
+// properties are the AMQP properties a dead_letter row keeps (column properties):
+// those the consumer reads.
+type properties struct {
+	MessageID     string     `json:"message_id,omitempty"`
+	Type          string     `json:"type,omitempty"`
+	ContentType   string     `json:"content_type,omitempty"`
+	CorrelationID string     `json:"correlation_id,omitempty"`
+	Timestamp     *time.Time `json:"timestamp,omitempty"`
+}
+
+// headersJSON is h as a JSON object (column headers): strings, numbers, booleans,
+// nested tables and arrays as themselves, times in RFC 3339, byte arrays and other
+// values as text. A nil h is an empty object.
+func headersJSON(h amqp091.Table) map[string]any {
+	out := make(map[string]any, len(h))
+	for k, v := range h {
+		out[k] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case nil, string, bool, int, int8, int16, int32, int64, uint8, uint16, uint32, float32, float64:
+		return x
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	case []byte:
+		return string(x)
+	case amqp091.Table:
+		return headersJSON(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonValue(e)
+		}
+		return out
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// tableOf turns a headers column back into an AMQP table: whole numbers become
+// int64, other numbers float64.
+func tableOf(m map[string]any) amqp091.Table {
+	out := make(amqp091.Table, len(m))
+	for k, v := range m {
+		out[k] = amqpValue(v)
+	}
+	return out
+}
+
+func amqpValue(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x)
+		}
+		return x
+	case map[string]any:
+		return tableOf(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = amqpValue(e)
+		}
+		return out
+	default:
+		return x
+	}
 }

@@ -289,10 +289,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	dl := l.DeadLettered[contracts.QueueStockDLQ] + l.DeadLettered[contracts.QueueShippingDLQ]
+	dl := l.OpenDeadLetters[contracts.QueueStockDLQ] + l.OpenDeadLetters[contracts.QueueShippingDLQ]
 	fmt.Fprintf(stdout, "\nledger (seed %d)\n", st.seed)
-	fmt.Fprintf(stdout, "  placed         %d\n  reserved       %d\n  lost           %d\n  doubled        %d\n  duplicates     %d\n  dead-lettered  %d\n  longest stall  %s\n  not ready      %d\n",
-		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates, dl, fmtDur(l.LongestStall), len(l.NotReady))
+	fmt.Fprintf(stdout, "  placed         %d\n  reserved       %d\n  lost           %d\n  doubled        %d\n  duplicates     %d\n  dead-lettered  %d (%d events not delivered)\n  longest stall  %s\n  not ready      %d\n",
+		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates, dl, l.NotDelivered, fmtDur(l.LongestStall), len(l.NotReady))
 	fmt.Fprintf(stdout, "summary: %s\n", l)
 	failures := append(l.Failures(nil), s.problems...)
 	if len(failures) > 0 {

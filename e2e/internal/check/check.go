@@ -373,3 +373,46 @@ func checkKeys(ctx context.Context, r *Report, name string, pool *pgxpool.Pool, 
 	}
 	return nil
 }
+
+// DeadLetters are the consumers' open dead letters: dead_letter records nobody has
+// replayed or dropped yet. The record, not the dead-letter queue, is the truth: a
+// purged queue empties no record.
+type DeadLetters struct {
+	// Open counts each consumer's open dead letters (distinct message keys), by
+	// consumer name ("stock", "shipping"): poison messages included.
+	Open map[string]int
+	// Events counts, per consumer, the outbox events among them: not delivered,
+	// awaiting a decision (counted in Report.Lost too).
+	Events map[string]int
+}
+
+// Total is the number of open dead letters of every consumer.
+func (d DeadLetters) Total() int {
+	n := 0
+	for _, v := range d.Open {
+		n += v
+	}
+	return n
+}
+
+// OpenDeadLetters reads the open dead letters of stock and shipping, and which of
+// them are events of the outbox.
+func OpenDeadLetters(ctx context.Context, d DBs) (DeadLetters, error) {
+	out := DeadLetters{Open: map[string]int{}, Events: map[string]int{}}
+	for name, pool := range map[string]*pgxpool.Pool{"stock": d.Stock, "shipping": d.Shipping} {
+		var open int
+		var ids []string
+		err := pool.QueryRow(ctx, `SELECT count(DISTINCT message_key), COALESCE(array_agg(DISTINCT event_id::text) FILTER (WHERE event_id IS NOT NULL), '{}')
+FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, name).Scan(&open, &ids)
+		if err != nil {
+			return out, fmt.Errorf("read %s dead letters: %w", name, err)
+		}
+		out.Open[name] = open
+		var events int
+		if err := d.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = ANY($1::uuid[])`, ids).Scan(&events); err != nil {
+			return out, fmt.Errorf("match %s dead letters with the outbox: %w", name, err)
+		}
+		out.Events[name] = events
+	}
+	return out, nil
+}

@@ -21,8 +21,15 @@ type Ledger struct {
 	Doubled      int            // order lines reserved more than once
 	Duplicates   int            // deliveries the inboxes recognised as duplicates since the previous ledger (reported, never a failure)
 	DeadLettered map[string]int // messages in each dead-letter queue
-	LongestStall time.Duration  // longest time processing stood still with events outstanding, since the previous ledger
-	NotReady     []string       // processes that exited by themselves or did not answer /readyz 200
+	// OpenDeadLetters counts each dead-letter queue's consumer's open dead_letter
+	// records (keyed by the queue's name, as DeadLettered): the truth, which a
+	// purged queue does not change.
+	OpenDeadLetters map[string]int
+	// NotDelivered counts the events a consumer dead-lettered that nobody has
+	// replayed or dropped: not delivered, awaiting a decision (also in Lost).
+	NotDelivered int
+	LongestStall time.Duration // longest time processing stood still with events outstanding, since the previous ledger
+	NotReady     []string      // processes that exited by themselves or did not answer /readyz 200
 }
 
 // Ledger waits (up to settle) until every process answers /readyz 200 and
@@ -59,7 +66,13 @@ func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[stri
 	// dead-letter a moment to arrive before reading them for the last time.
 	for {
 		l.DeadLettered, err = system.QueueDepths(ctx, r.cfg.AMQPURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ)
-		if err == nil && dlqAsWanted(l.DeadLettered, wantDLQ) || time.Now().After(deadline) {
+		var dead check.DeadLetters
+		if err == nil {
+			dead, err = check.OpenDeadLetters(ctx, r.DBs)
+			l.OpenDeadLetters = map[string]int{contracts.QueueStockDLQ: dead.Open["stock"], contracts.QueueShippingDLQ: dead.Open["shipping"]}
+			l.NotDelivered = dead.Events["stock"] + dead.Events["shipping"]
+		}
+		if err == nil && dlqAsWanted(l.DeadLettered, wantDLQ) && dlqAsWanted(l.OpenDeadLetters, wantDLQ) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -84,8 +97,9 @@ func dlqAsWanted(got, want map[string]int) bool {
 	return true
 }
 
-// Failures lists what is wrong: broken invariants, lost or doubled events,
-// dead-letter queues holding other than wantDLQ, processes not ready.
+// Failures lists what is wrong: broken invariants, lost or doubled events, events
+// dead-lettered and not delivered, dead-letter queues or open dead_letter records
+// other than wantDLQ, processes not ready.
 func (l Ledger) Failures(wantDLQ map[string]int) []string {
 	var f []string
 	if l.Lost > 0 {
@@ -97,8 +111,14 @@ func (l Ledger) Failures(wantDLQ map[string]int) []string {
 	if !l.Report.OK() {
 		f = append(f, "invariants broken:\n"+l.Report.String())
 	}
+	if l.NotDelivered > 0 {
+		f = append(f, fmt.Sprintf("%d events dead-lettered, not delivered (awaiting a decision)", l.NotDelivered))
+	}
 	if !dlqAsWanted(l.DeadLettered, wantDLQ) {
 		f = append(f, fmt.Sprintf("dead-letter queues hold %v, want %v", l.DeadLettered, wantDLQ))
+	}
+	if !dlqAsWanted(l.OpenDeadLetters, wantDLQ) {
+		f = append(f, fmt.Sprintf("open dead_letter records %v, want %v", l.OpenDeadLetters, wantDLQ))
 	}
 	for _, n := range l.NotReady {
 		f = append(f, n)
@@ -108,9 +128,9 @@ func (l Ledger) Failures(wantDLQ map[string]int) []string {
 
 // String is the ledger's summary line.
 func (l Ledger) String() string {
-	return fmt.Sprintf("placed=%d reserved=%d lost=%d doubled=%d duplicates=%d dead-lettered=%d longest-stall=%s not-ready=%d",
+	return fmt.Sprintf("placed=%d reserved=%d lost=%d doubled=%d duplicates=%d dead-lettered=%d not-delivered=%d longest-stall=%s not-ready=%d",
 		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates,
-		l.DeadLettered[contracts.QueueStockDLQ]+l.DeadLettered[contracts.QueueShippingDLQ],
+		l.OpenDeadLetters[contracts.QueueStockDLQ]+l.OpenDeadLetters[contracts.QueueShippingDLQ], l.NotDelivered,
 		l.LongestStall.Round(10*time.Millisecond), len(l.NotReady))
 }
 

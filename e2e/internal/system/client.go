@@ -160,10 +160,22 @@ type AuditReport struct {
 		OrderID   string   `json:"order_id"`
 		Consumers []string `json:"consumers"`
 	} `json:"events"`
-	Audited    int64   `json:"audited"`
-	LagSeconds float64 `json:"lag_seconds"`
-	Cycles     int64   `json:"cycles"`
-	LastError  string  `json:"last_error"`
+	// DeadLettered counts, per consumer, the events it dead-lettered that await a
+	// decision: not delivered.
+	DeadLettered      map[string]int `json:"dead_lettered"`
+	DeadLetteredTotal int            `json:"dead_lettered_total"`
+	DeadLetters       []struct {
+		EventID  string `json:"event_id"`
+		OrderID  string `json:"order_id"`
+		Consumer string `json:"consumer"`
+		Reason   string `json:"reason"`
+		Attempts int    `json:"attempts"`
+	} `json:"dead_letters"`
+	DeadLetterCopiesMissing map[string]int `json:"dead_letter_copies_missing"`
+	Audited                 int64          `json:"audited"`
+	LagSeconds              float64        `json:"lag_seconds"`
+	Cycles                  int64          `json:"cycles"`
+	LastError               string         `json:"last_error"`
 }
 
 // Audit gets the auditor's report of its last cycle.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ type Config struct {
 	// PagesPerCycle bounds the pages each pass reads in one cycle (default 20), so a
 	// large backlog is caught up over several cycles instead of in one burst.
 	PagesPerCycle int
+	// QueueDepths, when set, reads the ready messages of dead-letter queues (the
+	// probe's passive declare); each cycle then compares them with the open dead
+	// letters to flag copies that are gone. A failed read leaves that flag unknown.
+	QueueDepths func(ctx context.Context, queues ...string) (map[string]int, error)
 }
 
 // Finding is a published event that a consumer neither processed nor dead-lettered
@@ -43,6 +48,22 @@ type Finding struct {
 	PublishedAt time.Time `json:"published_at"`
 	Consumers   []string  `json:"consumers"`
 	FirstSeen   time.Time `json:"first_seen"`
+
+	// dead holds the consumers with an open dead letter of the event.
+	dead []DeadLetterFinding
+}
+
+// DeadLetterFinding is a published event a consumer dead-lettered and nobody has
+// replayed or dropped yet: not delivered, awaiting a decision (docs/operations.md,
+// "Dead letters").
+type DeadLetterFinding struct {
+	EventID        uuid.UUID `json:"event_id"`
+	EventName      string    `json:"event_name"`
+	OrderID        uuid.UUID `json:"order_id"`
+	Consumer       string    `json:"consumer"`
+	DeadLetteredAt time.Time `json:"dead_lettered_at"`
+	Reason         string    `json:"reason"`
+	Attempts       int       `json:"attempts"`
 }
 
 // Report is the audit's state after its last cycle.
@@ -53,6 +74,18 @@ type Report struct {
 	UnaccountedTotal int `json:"unaccounted_total"`
 	// Events lists the findings, oldest event first (at most 100).
 	Events []Finding `json:"events"`
+	// DeadLettered counts, per consumer, the published events it dead-lettered that
+	// await a decision: not delivered, and not unaccounted either.
+	DeadLettered map[string]int `json:"dead_lettered"`
+	// DeadLetteredTotal is the number of those (event, consumer) pairs.
+	DeadLetteredTotal int `json:"dead_lettered_total"`
+	// DeadLetters lists them, oldest dead letter first (at most 100).
+	DeadLetters []DeadLetterFinding `json:"dead_letters"`
+	// DeadLetterCopiesMissing counts, per consumer, the open dead letters that have
+	// no copy in its dead-letter queue, at least: open dead letters (of every message,
+	// published event or not) minus the messages in the queue, when positive. They are
+	// replayed from their record. A consumer is absent when its queue could not be read.
+	DeadLetterCopiesMissing map[string]int `json:"dead_letter_copies_missing"`
 	// Audited counts the published events the forward pass has checked since start.
 	Audited int64 `json:"audited"`
 	// LagSeconds is the age of the oldest outbox event the audit has not checked yet
@@ -69,7 +102,9 @@ type Report struct {
 const maxRecheckFindings = 1000
 
 // Audit checks, again and again, that every published event reached every consumer
-// that should receive it (docs/architecture.md, rule 3: a key, or a dead letter).
+// that should receive it (docs/architecture.md, rule 3: its key). An event a consumer
+// dead-lettered is not delivered: until someone replays or drops it, the audit counts
+// it apart from the unaccounted ones, as dead-lettered, awaiting a decision.
 //
 // Each cycle makes three bounded passes over the order database's outbox, walking
 // its UUID v7 primary key:
@@ -78,7 +113,8 @@ const maxRecheckFindings = 1000
 //     publishes late is checked once it is;
 //   - window: the events of the last Window behind the cursor, again, one part per
 //     cycle, so a key deleted after the first check is found;
-//   - findings older than the window, re-read by id until accounted for.
+//   - every finding, re-read by id until accounted for; one whose outbox row is gone
+//     (purged) is forgotten.
 //
 // The cursor starts at the outbox's first row: a fresh auditor audits everything the
 // outbox still holds, PagesPerCycle pages per cycle. An event whose transaction
@@ -93,6 +129,9 @@ type Audit struct {
 	now    func() time.Time
 
 	unaccounted *prometheus.GaugeVec
+	dead        *prometheus.GaugeVec
+	deadAge     *prometheus.GaugeVec
+	copiesGone  *prometheus.GaugeVec
 	lag         prometheus.Gauge
 	audited     prometheus.Counter
 	failures    prometheus.Counter
@@ -106,8 +145,10 @@ type Audit struct {
 }
 
 // New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
-// delivery_audit_lag_seconds, delivery_audited_events_total,
-// delivery_audit_failures_total and delivery_audit_cycle_seconds. Zero PageSize and PagesPerCycle take their defaults.
+// delivery_dead_lettered_events{consumer}, delivery_dead_letter_oldest_seconds{consumer},
+// delivery_dead_letter_copies_missing{consumer}, delivery_audit_lag_seconds,
+// delivery_audited_events_total, delivery_audit_failures_total and
+// delivery_audit_cycle_seconds. Zero PageSize and PagesPerCycle take their defaults.
 func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Audit, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
@@ -123,6 +164,18 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 		unaccounted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_unaccounted_events",
 			Help: "Published events older than AUDIT_GRACE that the consumer has neither processed nor dead-lettered.",
+		}, []string{"consumer"}),
+		dead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delivery_dead_lettered_events",
+			Help: "Published events the consumer dead-lettered that nobody has replayed or dropped yet: not delivered, awaiting a decision.",
+		}, []string{"consumer"}),
+		deadAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delivery_dead_letter_oldest_seconds",
+			Help: "Age in seconds of the consumer's oldest dead letter of a published event that awaits a decision (0 when none).",
+		}, []string{"consumer"}),
+		copiesGone: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delivery_dead_letter_copies_missing",
+			Help: "Open dead letters of the consumer without a copy in its dead-letter queue, at least (open dead letters minus queue depth); replayed from their record.",
 		}, []string{"consumer"}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delivery_audit_lag_seconds",
@@ -143,15 +196,19 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 		}),
 		findings: map[uuid.UUID]*Finding{},
 	}
-	for _, c := range []prometheus.Collector{a.unaccounted, a.lag, a.audited, a.failures, a.duration} {
+	for _, c := range []prometheus.Collector{a.unaccounted, a.dead, a.deadAge, a.copiesGone, a.lag, a.audited, a.failures, a.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("audit metrics: %w", err)
 		}
 	}
-	a.report.Unaccounted = map[string]int{}
+	a.report.Unaccounted, a.report.DeadLettered, a.report.DeadLetterCopiesMissing = map[string]int{}, map[string]int{}, map[string]int{}
+	a.report.Events, a.report.DeadLetters = []Finding{}, []DeadLetterFinding{}
 	for _, c := range contracts.Consumers() {
 		a.unaccounted.WithLabelValues(c.Name).Set(0)
+		a.dead.WithLabelValues(c.Name).Set(0)
+		a.deadAge.WithLabelValues(c.Name).Set(0)
 		a.report.Unaccounted[c.Name] = 0
+		a.report.DeadLettered[c.Name] = 0
 	}
 	return a, nil
 }
@@ -187,7 +244,7 @@ func (a *Audit) Cycle(ctx context.Context) error {
 	if err != nil {
 		a.report.LastError = err.Error()
 	}
-	a.publishLocked()
+	a.publishLocked(now)
 	return err
 }
 
@@ -255,13 +312,14 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 	a.recheck = recheck
 	var old []uuid.UUID
 	for id := range a.findings {
-		if compare(id, start) < 0 && len(old) < maxRecheckFindings {
+		if len(old) < maxRecheckFindings {
 			old = append(old, id)
 		}
 	}
 	a.mu.Unlock()
 
-	// Findings older than the window.
+	// Every finding, by id: those older than the window are checked nowhere else, and
+	// one whose outbox row was purged is forgotten, wherever it lies.
 	if len(old) > 0 {
 		rows, err := a.st.OutboxByIDs(ctx, old)
 		if err != nil {
@@ -285,6 +343,49 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 	a.mu.Lock()
 	a.report.LagSeconds = lag
 	a.mu.Unlock()
+	return a.copies(ctx)
+}
+
+// copies flags open dead letters whose copy is gone from the dead-letter queue: per
+// consumer, open dead letters minus the queue's messages, when positive (a lower
+// bound: the queue may also hold stale copies). Without QueueDepths, or when the
+// broker does not answer, the flag is left out (unknown), never zero.
+func (a *Audit) copies(ctx context.Context) error {
+	if a.cfg.QueueDepths == nil {
+		return nil
+	}
+	missing := map[string]int{}
+	for _, c := range contracts.Consumers() {
+		open, ok, err := a.st.UnresolvedDeadLetters(ctx, c.Name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		depths, err := a.cfg.QueueDepths(ctx, c.DeadLetterQueue)
+		depth, read := depths[c.DeadLetterQueue]
+		if err != nil || !read {
+			a.logger.DebugContext(ctx, "dead-letter queue not read", slog.String("queue", c.DeadLetterQueue), slog.Any("error", err))
+			continue
+		}
+		missing[c.Name] = max(open-depth, 0)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range contracts.Consumers() {
+		n, ok := missing[c.Name]
+		if !ok {
+			a.copiesGone.DeleteLabelValues(c.Name)
+			continue
+		}
+		a.copiesGone.WithLabelValues(c.Name).Set(float64(n))
+		if n > 0 && a.report.DeadLetterCopiesMissing[c.Name] == 0 {
+			a.logger.WarnContext(ctx, "open dead letters without a copy in the dead-letter queue; replay them from the record",
+				slog.String("consumer", c.Name), slog.Int("missing", n))
+		}
+	}
+	a.report.DeadLetterCopiesMissing = missing
 	return nil
 }
 
@@ -301,12 +402,18 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 	defer a.mu.Unlock()
 	for _, r := range rows {
 		var missing []string
+		var dead []DeadLetterFinding
 		for _, d := range ds[r.ID] {
-			if d.State == StateMissing {
+			switch d.State {
+			case StateMissing:
 				missing = append(missing, d.Consumer)
+			case StateDeadLettered:
+				dead = append(dead, DeadLetterFinding{EventID: r.ID, EventName: r.EventName, OrderID: r.OrderID,
+					Consumer: d.Consumer, DeadLetteredAt: d.DeadLetter.DeadLetteredAt, Reason: d.DeadLetter.Reason,
+					Attempts: d.DeadLetter.Attempts})
 			}
 		}
-		if len(missing) == 0 {
+		if len(missing) == 0 && len(dead) == 0 {
 			delete(a.findings, r.ID)
 			continue
 		}
@@ -314,10 +421,16 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 		if f == nil {
 			f = &Finding{EventID: r.ID, EventName: r.EventName, OrderID: r.OrderID, PublishedAt: *r.PublishedAt, FirstSeen: now}
 			a.findings[r.ID] = f
+		}
+		if len(missing) > 0 && len(f.Consumers) == 0 {
 			a.logger.WarnContext(ctx, "unaccounted event", slog.String("event_id", r.ID.String()),
 				slog.String("event_name", r.EventName), slog.Any("consumers", missing))
 		}
-		f.Consumers = missing
+		if len(dead) > 0 && len(f.dead) == 0 {
+			a.logger.WarnContext(ctx, "dead-lettered event awaiting a decision", slog.String("event_id", r.ID.String()),
+				slog.String("event_name", r.EventName), slog.String("consumer", dead[0].Consumer), slog.String("reason", dead[0].Reason))
+		}
+		f.Consumers, f.dead = missing, dead
 	}
 	return nil
 }
@@ -338,25 +451,41 @@ func (a *Audit) forgetMissing(ids []uuid.UUID, rows []store.OutboxRow) {
 }
 
 // publishLocked sets the gauges and the report from the findings.
-func (a *Audit) publishLocked() {
-	counts := map[string]int{}
+func (a *Audit) publishLocked(now time.Time) {
+	counts, deadCounts, oldest := map[string]int{}, map[string]int{}, map[string]float64{}
 	for _, c := range contracts.Consumers() {
-		counts[c.Name] = 0
+		counts[c.Name], deadCounts[c.Name], oldest[c.Name] = 0, 0, 0
 	}
 	events := make([]Finding, 0, len(a.findings))
+	dead := []DeadLetterFinding{}
 	for _, f := range a.findings {
 		for _, c := range f.Consumers {
 			counts[c]++
 		}
-		events = append(events, *f)
+		if len(f.Consumers) > 0 {
+			events = append(events, *f)
+		}
+		for _, d := range f.dead {
+			deadCounts[d.Consumer]++
+			oldest[d.Consumer] = max(oldest[d.Consumer], now.Sub(d.DeadLetteredAt).Seconds())
+			dead = append(dead, d)
+		}
 	}
 	slices.SortFunc(events, func(x, y Finding) int { return compare(x.EventID, y.EventID) })
+	slices.SortFunc(dead, func(x, y DeadLetterFinding) int { return x.DeadLetteredAt.Compare(y.DeadLetteredAt) })
 	for c, n := range counts {
 		a.unaccounted.WithLabelValues(c).Set(float64(n))
+	}
+	for c, n := range deadCounts {
+		a.dead.WithLabelValues(c).Set(float64(n))
+		a.deadAge.WithLabelValues(c).Set(oldest[c])
 	}
 	a.report.Unaccounted = counts
 	a.report.UnaccountedTotal = len(events)
 	a.report.Events = events[:min(len(events), 100)]
+	a.report.DeadLettered = deadCounts
+	a.report.DeadLetteredTotal = len(dead)
+	a.report.DeadLetters = dead[:min(len(dead), 100)]
 }
 
 // Report returns a copy of the audit's state after its last cycle.
@@ -369,6 +498,9 @@ func (a *Audit) Report() Report {
 		r.Unaccounted[k] = v
 	}
 	r.Events = slices.Clone(a.report.Events)
+	r.DeadLettered = maps.Clone(a.report.DeadLettered)
+	r.DeadLetters = slices.Clone(a.report.DeadLetters)
+	r.DeadLetterCopiesMissing = maps.Clone(a.report.DeadLetterCopiesMissing)
 	return r
 }
 

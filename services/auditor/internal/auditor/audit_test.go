@@ -42,12 +42,17 @@ func cycle(t *testing.T, a *auditor.Audit) auditor.Report {
 
 func gauge(t *testing.T, reg *prometheus.Registry, consumer string) float64 {
 	t.Helper()
+	return metric(t, reg, "delivery_unaccounted_events", consumer)
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name, consumer string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "delivery_unaccounted_events" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -58,7 +63,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, consumer string) float64 {
 			}
 		}
 	}
-	t.Fatalf("no delivery_unaccounted_events{consumer=%q}", consumer)
+	t.Fatalf("no %s{consumer=%q}", name, consumer)
 	return 0
 }
 
@@ -161,7 +166,11 @@ func TestAuditWaitsForTheGraceAndTheRelay(t *testing.T) {
 	}
 }
 
-func TestAuditDeadLetteredEventsAreAccounted(t *testing.T) {
+// TestAuditCountsOpenDeadLettersAsNotDelivered: an open dead letter is not
+// delivered; it is counted apart from the unaccounted events, with the age of the
+// oldest, until it is replayed (and processed) or dropped; a dead letter whose copy
+// is gone from the dead-letter queue is flagged.
+func TestAuditCountsOpenDeadLettersAsNotDelivered(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	// The dead_letter table each consumer keeps (docs/operations.md).
@@ -171,12 +180,19 @@ func TestAuditDeadLetteredEventsAreAccounted(t *testing.T) {
 	event_name text NOT NULL, reason text NOT NULL, attempts integer NOT NULL,
 	dead_lettered_at timestamptz NOT NULL DEFAULT now(), resolved_at timestamptz NULL, resolution text NULL)`)
 	}
-	a, _ := newAudit(t, w, auditor.Config{})
+	depths := map[string]int{contracts.QueueStockDLQ: 0, contracts.QueueShippingDLQ: 0}
+	a, reg := newAudit(t, w, auditor.Config{QueueDepths: func(_ context.Context, qs ...string) (map[string]int, error) {
+		out := map[string]int{}
+		for _, q := range qs {
+			out[q] = depths[q]
+		}
+		return out, nil
+	}})
 	_, dead := placed(t, w, 10*time.Minute, contracts.ConsumerShipping)
 	_, dropped := placed(t, w, 9*time.Minute, contracts.ConsumerShipping)
 	_, replayed := placed(t, w, 8*time.Minute, contracts.ConsumerShipping)
-	ins := `INSERT INTO dead_letter (consumer, message_key, event_id, event_name, reason, attempts, resolved_at, resolution)
-VALUES ('stock', $1::text, $1::text::uuid, 'order.order.placed.v1', 'handler: boom', 5, $2, $3)`
+	ins := `INSERT INTO dead_letter (consumer, message_key, event_id, event_name, reason, attempts, dead_lettered_at, resolved_at, resolution)
+VALUES ('stock', $1::text, $1::text::uuid, 'order.order.placed.v1', 'handler: boom', 5, now() - interval '7 minutes', $2, $3)`
 	w.exec(t, w.stock, ins, dead.String(), nil, nil)
 	w.exec(t, w.stock, ins, dropped.String(), time.Now().Add(-time.Minute), "dropped")
 	w.exec(t, w.stock, ins, replayed.String(), time.Now().Add(-5*time.Minute), "replayed")
@@ -185,13 +201,55 @@ VALUES ('stock', $1::text, $1::text::uuid, 'order.order.placed.v1', 'handler: bo
 	if r.UnaccountedTotal != 1 || r.Events[0].EventID != replayed {
 		t.Fatalf("report %+v: want only the replayed event (replayed 5 min ago, still no key) unaccounted", r)
 	}
+	if r.DeadLetteredTotal != 1 || r.DeadLettered[contracts.ConsumerStock] != 1 || len(r.DeadLetters) != 1 ||
+		r.DeadLetters[0].EventID != dead || r.DeadLetters[0].Consumer != contracts.ConsumerStock || r.DeadLetters[0].Reason != "handler: boom" {
+		t.Fatalf("report %+v: want the open dead letter counted as dead-lettered, awaiting a decision", r)
+	}
+	if g := metric(t, reg, "delivery_dead_lettered_events", contracts.ConsumerStock); g != 1 {
+		t.Errorf("delivery_dead_lettered_events{stock} = %v, want 1", g)
+	}
+	if g := metric(t, reg, "delivery_dead_letter_oldest_seconds", contracts.ConsumerStock); g < 7*60 || g > 8*60 {
+		t.Errorf("delivery_dead_letter_oldest_seconds{stock} = %v, want about 420", g)
+	}
+	if r.DeadLetterCopiesMissing[contracts.ConsumerStock] != 1 || metric(t, reg, "delivery_dead_letter_copies_missing", contracts.ConsumerStock) != 1 {
+		t.Errorf("copies missing %v, want stock 1 (1 open, an empty queue)", r.DeadLetterCopiesMissing)
+	}
+	depths[contracts.QueueStockDLQ] = 1
+	if r := cycle(t, a); r.DeadLetterCopiesMissing[contracts.ConsumerStock] != 0 {
+		t.Errorf("copies missing %v with the copy in the queue, want stock 0", r.DeadLetterCopiesMissing)
+	}
 	j, err := auditor.NewJourneys(w.st, time.Minute).Event(context.Background(), dead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := j.Events[0].Deliveries[0]
-	if d.Consumer != contracts.ConsumerStock || d.State != auditor.StateDeadLettered || d.DeadLetter == nil || d.DeadLetter.Reason != "handler: boom" {
-		t.Fatalf("delivery %+v, want stock dead_lettered (handler: boom)", d)
+	if d.Consumer != contracts.ConsumerStock || d.State != auditor.StateDeadLettered || d.State.Accounted() || d.DeadLetter == nil || d.DeadLetter.Reason != "handler: boom" {
+		t.Fatalf("delivery %+v, want stock dead_lettered (handler: boom), not accounted", d)
+	}
+
+	// Replayed and processed: delivered.
+	w.exec(t, w.stock, `UPDATE dead_letter SET resolved_at = now(), resolution = 'replayed' WHERE message_key = $1`, dead.String())
+	w.process(t, contracts.ConsumerStock, dead, time.Now())
+	r = cycle(t, a)
+	if r.DeadLetteredTotal != 0 || metric(t, reg, "delivery_dead_lettered_events", contracts.ConsumerStock) != 0 ||
+		metric(t, reg, "delivery_dead_letter_oldest_seconds", contracts.ConsumerStock) != 0 {
+		t.Fatalf("report %+v after the replay, want no dead letter", r)
+	}
+}
+
+// TestAuditForgetsFindingsOfPurgedEvents: a finding inside the window whose outbox
+// row is purged is forgotten at the next cycle.
+func TestAuditForgetsFindingsOfPurgedEvents(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, _ := newAudit(t, w, auditor.Config{})
+	_, gap := placed(t, w, 10*time.Minute, contracts.ConsumerStock)
+	if r := cycle(t, a); r.UnaccountedTotal != 1 {
+		t.Fatalf("report %+v, want 1 unaccounted", r)
+	}
+	w.exec(t, w.order, `DELETE FROM outbox WHERE id = $1`, gap)
+	if r := cycle(t, a); r.UnaccountedTotal != 0 || len(r.Events) != 0 || r.Unaccounted[contracts.ConsumerShipping] != 0 {
+		t.Fatalf("report %+v after the purge, want the finding forgotten", r)
 	}
 }
 

@@ -20,7 +20,9 @@ const (
 	// committed with the key (docs/architecture.md, rule 3).
 	StateProcessed State = "processed"
 	// StateDeadLettered: the consumer recorded the event in its dead_letter table and
-	// has not resolved it; the message sits in its dead-letter queue.
+	// nobody has replayed or dropped it yet. The record keeps the message (the
+	// dead-letter queue usually holds a copy too), but the event is not delivered:
+	// the audit counts it as dead-lettered, awaiting a decision.
 	StateDeadLettered State = "dead_lettered"
 	// StateDropped: the event was dead-lettered and an operator dropped it on purpose.
 	StateDropped State = "dropped"
@@ -35,10 +37,10 @@ const (
 	StateMissing State = "missing"
 )
 
-// Accounted reports whether the state needs no further delivery: processed,
-// dead-lettered or dropped.
+// Accounted reports whether the state needs no further delivery: processed, or
+// dropped on purpose. An open dead letter is not: it awaits a decision.
 func (s State) Accounted() bool {
-	return s == StateProcessed || s == StateDeadLettered || s == StateDropped
+	return s == StateProcessed || s == StateDropped
 }
 
 // classify decides one consumer's state for ev at time now, from its key (processed,

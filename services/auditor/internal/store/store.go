@@ -236,7 +236,7 @@ type DeadLetter struct {
 	Reason         string
 	Attempts       int
 	DeadLetteredAt time.Time
-	ResolvedAt     *time.Time // nil while the message sits in the dead-letter queue
+	ResolvedAt     *time.Time // nil while it awaits a decision (dlq replay or drop)
 	Resolution     string     // "replayed" or "dropped" once resolved
 }
 
@@ -275,16 +275,17 @@ ORDER BY message_key, dead_lettered_at DESC`, consumer, keys(ids))
 	return out, nil
 }
 
-// UnresolvedDeadLetters counts consumer's dead_letter rows not yet resolved: the
-// messages sitting in its dead-letter queue. It returns false when the consumer's
-// database has no dead_letter table.
+// UnresolvedDeadLetters counts consumer's open dead letters: the message keys with a
+// dead_letter row not yet replayed or dropped (a key dead-lettered twice before a
+// decision is one dead letter). It returns false when the consumer's database has no
+// dead_letter table.
 func (s *Store) UnresolvedDeadLetters(ctx context.Context, consumer string) (int, bool, error) {
 	p, err := s.consumer(consumer)
 	if err != nil {
 		return 0, false, err
 	}
 	var n int
-	err = p.QueryRow(ctx, `SELECT count(*) FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, consumer).Scan(&n)
+	err = p.QueryRow(ctx, `SELECT count(DISTINCT message_key) FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, consumer).Scan(&n)
 	if undefinedTable(err) {
 		return 0, false, nil
 	}

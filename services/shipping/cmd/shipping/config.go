@@ -1,6 +1,9 @@
 package main
 
-import "example.com/shop/platform/consumerapp"
+import (
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/services/shipping/internal/events"
+)
 
 // service names shipping to the platform and sets the defaults of its variables
 // (docs/operations.md lists every variable; `shipping help <command>` prints what a
@@ -17,4 +20,5 @@ var service = consumerapp.Service{
 	HTTPAddr:    ":8083",
 	Workers:     8,
 	InboxGroup:  1,
+	Stale:       events.Stale,
 }

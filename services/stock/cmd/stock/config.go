@@ -1,6 +1,9 @@
 package main
 
-import "example.com/shop/platform/consumerapp"
+import (
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/services/stock/internal/events"
+)
 
 // service names stock to the platform and sets the defaults of its variables
 // (docs/operations.md lists every variable; `stock help <command>` prints what a
@@ -18,4 +21,5 @@ var service = consumerapp.Service{
 	HTTPAddr:    ":8082",
 	Workers:     256,
 	InboxGroup:  128,
+	Stale:       events.Stale,
 }

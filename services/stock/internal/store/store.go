@@ -290,3 +290,16 @@ FROM reservation WHERE order_id = $1 ORDER BY line_no`, orderID)
 	}
 	return list, nil
 }
+
+// StatusVersion returns the stored version of order orderID's status, read through
+// tx; found is false when none is stored.
+func StatusVersion(ctx context.Context, tx pgx.Tx, orderID uuid.UUID) (version int, found bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT version FROM order_status WHERE order_id = $1`, orderID).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read order status version %s: %w", orderID, err)
+	}
+	return version, true, nil
+}
