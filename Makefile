@@ -71,7 +71,7 @@ down:
 # deploy/compose-test.sh starts dockerd, builds the compose tool and the base images
 # this machine cannot pull when they are missing, then runs the test on its own ports.
 compose-test:
-	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 30m ./e2e/composeup/
+	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 45m ./e2e/composeup/
 
 tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
