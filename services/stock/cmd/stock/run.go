@@ -12,6 +12,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/telemetry"
 	"example.com/shop/services/stock/internal/api"
 	"example.com/shop/services/stock/internal/events"
@@ -97,7 +98,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			return nil, err
 		}
 		ib := inbox.New(pool, events.Consumer, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
-		events.Register(ib, logger)
+		events.Register(ib, outbox.NewWriter(validator, contracts.ProducerStock), logger)
 		if err := deps.Consume(ib, logger, reg); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
@@ -32,7 +33,7 @@ func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 	}
 	logger, _ := testkit.Logger(t)
 	ib := inbox.New(pool, events.Consumer, v, logger, nil, opts...)
-	events.Register(ib, logger)
+	events.Register(ib, outbox.NewWriter(v, contracts.ProducerStock), logger)
 
 	const orders = 40
 	var wg sync.WaitGroup
