@@ -48,7 +48,7 @@ func testTopology(t *testing.T) amqp.Topology {
 		Queues: []amqp.QueueSpec{{
 			Name:            p + ".shipping",
 			DeadLetterQueue: p + ".shipping.dlq",
-			RoutingKeys:     []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled},
+			RoutingKeys:     shippingEvents(t),
 			RetryDelays:     amqp.DefaultRetryDelays(),
 		}},
 	}
@@ -161,6 +161,16 @@ func newRig(t *testing.T) *rig {
 
 // event builds an order event envelope. A zero id or occurredAt means a fresh
 // UUID v7 and now.
+// shippingEvents are the events the contract binds to shipping's queue.
+func shippingEvents(t *testing.T) []string {
+	t.Helper()
+	c, ok := contracts.ConsumerNamed(contracts.ConsumerShipping)
+	if !ok {
+		t.Fatal("the contract has no shipping consumer")
+	}
+	return c.Events
+}
+
 func event(t *testing.T, name string, orderID uuid.UUID, version int, id uuid.UUID, occurredAt time.Time) contracts.Envelope {
 	t.Helper()
 	if occurredAt.IsZero() {
