@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,8 +36,9 @@ type UpdateFunc func(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func(*orde
 // order at stock's end either: the cancel that moved it on releases what the answer
 // held, whichever arrives first at stock (rule 4).
 //
-// A payload that does not decode, an answer for an unknown order, or a rejection that
-// can never apply fails with an error wrapping inbox.ErrPermanent (dead-lettered at
+// An answer for an unknown order, or a rejection that can never apply, fails with an
+// error wrapping inbox.ErrPermanent (the inbox does the same for a payload that does
+// not decode) (dead-lettered at
 // once); a database error is returned as it is, for the inbox to retry (rule 3). now
 // stamps updated_at (nil: time.Now).
 func Register(in *inbox.Inbox, update UpdateFunc, logger *slog.Logger, now func() time.Time) {
@@ -49,8 +49,8 @@ func Register(in *inbox.Inbox, update UpdateFunc, logger *slog.Logger, now func(
 		now = time.Now
 	}
 	a := answers{update: update, logger: logger, now: now}
-	in.Register(contracts.EventStockReservationConfirmed, a.confirmed)
-	in.Register(contracts.EventStockReservationRejected, a.rejected)
+	inbox.On(in, contracts.EventStockReservationConfirmed, a.confirmed)
+	inbox.On(in, contracts.EventStockReservationRejected, a.rejected)
 }
 
 type answers struct {
@@ -59,33 +59,25 @@ type answers struct {
 	now    func() time.Time
 }
 
-func (a answers) confirmed(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.StockReservationConfirmed
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
-	}
-	return a.apply(ctx, tx, env, p.OrderID, p.OrderVersion, func(o *order.Order) error {
+func (a answers) confirmed(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.StockReservationConfirmed) error {
+	return a.apply(ctx, tx, m, p.OrderID, p.OrderVersion, func(o *order.Order) error {
 		return o.Confirm(p.OrderVersion, a.now())
 	})
 }
 
-func (a answers) rejected(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.StockReservationRejected
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
-	}
+func (a answers) rejected(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.StockReservationRejected) error {
 	r, err := RejectionFromContract(contracts.Rejection{Reason: p.Reason, Lines: p.Lines})
 	if err != nil {
-		return fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
+		return fmt.Errorf("%s: %w: %w", m.EventName, inbox.ErrPermanent, err)
 	}
-	return a.apply(ctx, tx, env, p.OrderID, p.OrderVersion, func(o *order.Order) error {
+	return a.apply(ctx, tx, m, p.OrderID, p.OrderVersion, func(o *order.Order) error {
 		return o.Reject(p.OrderVersion, r, a.now())
 	})
 }
 
 // apply runs move on the order under its row lock; an outdated answer is logged and
 // changes nothing.
-func (a answers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, id uuid.UUID, answered int, move func(*order.Order) error) error {
+func (a answers) apply(ctx context.Context, tx pgx.Tx, m inbox.Meta, id uuid.UUID, answered int, move func(*order.Order) error) error {
 	var outdated error
 	var status order.Status
 	var version int
@@ -100,13 +92,13 @@ func (a answers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, i
 	})
 	switch {
 	case errors.Is(err, order.ErrNotFound), errors.Is(err, order.ErrInvalidRejection):
-		return fmt.Errorf("%s for order %s: %w: %w", env.EventName, id, inbox.ErrPermanent, err)
+		return fmt.Errorf("%s for order %s: %w: %w", m.EventName, id, inbox.ErrPermanent, err)
 	case err != nil:
-		return fmt.Errorf("%s for order %s: %w", env.EventName, id, err)
+		return fmt.Errorf("%s for order %s: %w", m.EventName, id, err)
 	case outdated != nil:
-		logging.WithEvent(a.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
+		logging.WithEvent(a.logger, m.EventID.String(), m.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
 			"stock answer ignored: the order has moved on from the placement it answers",
-			slog.String("event_name", env.EventName), slog.String("order_id", id.String()),
+			slog.String("event_name", m.EventName), slog.String("order_id", id.String()),
 			slog.Int("answered_version", answered), slog.String("status", string(status)), slog.Int("version", version))
 	}
 	return nil

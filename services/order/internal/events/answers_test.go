@@ -34,7 +34,7 @@ type saga struct {
 
 func newSaga(t *testing.T) *saga {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,66 +29,56 @@ const Consumer = contracts.ConsumerShipping
 // the order's shipment in step (shipping.ShipmentStatusFor: placed -> pending,
 // confirmed -> ready, rejected or cancelled -> cancelled; created when missing). Stale
 // events are logged to logger at info level (nil discards) and acknowledged: they are
-// not failures. A payload that does not decode, or a change that can never apply, is
-// an error wrapping inbox.ErrPermanent (dead-lettered at once); a database error is
-// returned as it is, for the inbox to retry or to wait out (rule 3).
+// not failures. A change that can never apply is an error wrapping inbox.ErrPermanent
+// (dead-lettered at once; the inbox does the same for a payload that does not decode);
+// a database error is returned as it is, for the inbox to retry or to wait out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := handlers{logger: logger}
-	in.Register(contracts.EventOrderPlaced, h.follow(shipping.StatusPlaced))
-	in.Register(contracts.EventOrderConfirmed, h.follow(shipping.StatusConfirmed))
-	in.Register(contracts.EventOrderRejected, h.follow(shipping.StatusRejected))
-	in.Register(contracts.EventOrderCancelled, h.follow(shipping.StatusCancelled))
+	inbox.On(in, contracts.EventOrderPlaced, follow(h, shipping.StatusPlaced, func(p contracts.OrderPlaced) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderConfirmed, follow(h, shipping.StatusConfirmed, func(p contracts.OrderConfirmed) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderRejected, follow(h, shipping.StatusRejected, func(p contracts.OrderRejected) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderCancelled, follow(h, shipping.StatusCancelled, func(p contracts.OrderCancelled) (uuid.UUID, int) { return p.OrderID, p.Version }))
 }
 
 type handlers struct {
 	logger *slog.Logger
 }
 
-// orderRef is what every order event's payload carries that shipping reads.
-type orderRef struct {
-	OrderID uuid.UUID `json:"order_id"`
-	Version int       `json:"version"`
-}
-
-// follow is the handler of the order event that means status: it records status and
-// moves the order's shipment to the status that follows it when the event's version
-// wins.
-func (h handlers) follow(status shipping.Status) inbox.Handler {
-	return func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-		var p orderRef
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
-		}
-		c := shipping.StatusChange{OrderID: p.OrderID, Status: status, Version: p.Version}
-		won, err := h.apply(ctx, tx, env, c)
+// follow is the handler of the order event whose payload T means status (ref reads its
+// order id and version): it records status and moves the order's shipment to the status
+// that follows it when the event's version wins.
+func follow[T any](h handlers, status shipping.Status, ref func(T) (uuid.UUID, int)) inbox.Handler[T] {
+	return func(ctx context.Context, tx pgx.Tx, m inbox.Meta, p T) error {
+		orderID, version := ref(p)
+		won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: orderID, Status: status, Version: version})
 		if err != nil || !won {
 			return err
 		}
 		shipment, err := shipping.ShipmentStatusFor(status)
 		if err != nil {
-			return fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
+			return fmt.Errorf("%s: %w: %w", m.EventName, inbox.ErrPermanent, err)
 		}
-		return store.SetShipment(ctx, tx, p.OrderID, shipment)
+		return store.SetShipment(ctx, tx, orderID, shipment)
 	}
 }
 
 // apply runs store.ApplyStatus for c and reports whether c won. Only the payload
-// version orders changes; env.EventID and env.OccurredAt play no part.
-func (h handlers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, c shipping.StatusChange) (bool, error) {
+// version orders changes; the event's id and occurred_at play no part.
+func (h handlers) apply(ctx context.Context, tx pgx.Tx, m inbox.Meta, c shipping.StatusChange) (bool, error) {
 	applied, err := store.ApplyStatus(ctx, tx, c)
 	if errors.Is(err, shipping.ErrInvalidChange) {
-		return false, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
+		return false, fmt.Errorf("%s: %w: %w", m.EventName, inbox.ErrPermanent, err)
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", env.EventName, err)
+		return false, fmt.Errorf("%s: %w", m.EventName, err)
 	}
 	if !applied {
-		logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
+		logging.WithEvent(h.logger, m.EventID.String(), m.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
 			"stale order event ignored: a version at least as new is already recorded",
-			slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
+			slog.String("event_name", m.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
 	}
 	return applied, nil
 }

@@ -125,7 +125,7 @@ func testGetReservations(t *testing.T, pool *pgxpool.Pool, srv *openapitest.Serv
 // called, then checks that each answers 503 while the database refuses connections.
 func TestAPI(t *testing.T) {
 	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
 		api.NewHandler(api.New(store.New(pool), nil), nil, prometheus.NewRegistry()))
 	t.Run("reservations", func(t *testing.T) { testGetReservations(t, pool, srv) })

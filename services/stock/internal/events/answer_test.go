@@ -50,7 +50,7 @@ func answers(t *testing.T, pool *pgxpool.Pool, orderID uuid.UUID) []contracts.En
 func TestPlacedIsAnsweredInItsTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ WHERE p.reserved <> coalesce((SELECT sum(quantity) FROM reservation r WHERE r.pr
 // a cancel gives the held quantities back, which a later order then gets.
 func TestAllOrNothing(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool)
 	apple, pear, untracked := uuid.New(), uuid.New(), uuid.New()
 	setOnHand(t, s, apple, "5")
@@ -131,7 +131,7 @@ func TestAllOrNothing(t *testing.T) {
 // in its row, even when released after the product became tracked.
 func TestSetOnHand(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool)
 	ctx := testkit.Context(t)
 	product := uuid.New()
@@ -166,7 +166,7 @@ func TestSetOnHand(t *testing.T) {
 // deadlocks (products are locked in id order).
 func TestConcurrentPlacementsNeverOversell(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool)
 	a, b := uuid.New(), uuid.New()
 	setOnHand(t, s, a, "50")
