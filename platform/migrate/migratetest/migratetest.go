@@ -5,6 +5,7 @@ package migratetest
 import (
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +19,8 @@ import (
 // Upgrade migrates a database with legacy (the migrations an older release shipped,
 // in goose's default version table), runs seed in it (SQL that writes rows), then
 // migrates it with schema. It fails t unless the database then has the schema of a
-// fresh database migrated with schema (Describe) and every row seed left, unchanged,
+// fresh database migrated with schema (Describe) and every row seed left, unchanged
+// in the columns it had,
 // and unless migrating either database again applies nothing. It returns a pool on
 // the upgraded database.
 func Upgrade(t *testing.T, legacy fs.FS, schema migrate.Schema, seed string) *pgxpool.Pool {
@@ -28,12 +30,13 @@ func Upgrade(t *testing.T, legacy fs.FS, schema migrate.Schema, seed string) *pg
 	if _, err := pool.Exec(ctx, seed); err != nil {
 		t.Fatalf("seed the legacy database: %v", err)
 	}
-	before := Rows(t, pool)
+	columns := legacyColumns(t, pool)
+	before := rows(t, pool, columns)
 	if _, err := migrate.Up(ctx, url, schema); err != nil {
 		t.Fatalf("migrate the legacy database: %v", err)
 	}
 	pool.Reset() // connections may hold plans of the old schema
-	if after := Rows(t, pool); after != before {
+	if after := rows(t, pool, columns); after != before {
 		t.Errorf("rows changed by the migration:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	fresh, freshURL := testkit.NewDatabase(t, schema)
@@ -95,25 +98,39 @@ func Describe(t testing.TB, pool *pgxpool.Pool) string {
 	return strings.Join(all, "\n")
 }
 
-// Rows returns every row of every table of pool's database but goose's version
-// tables, as text in a stable order.
-func Rows(t testing.TB, pool *pgxpool.Pool) string {
+// legacyColumns returns, per table of pool's database but goose's version tables,
+// its columns as a select list.
+func legacyColumns(t testing.TB, pool *pgxpool.Pool) map[string]string {
 	t.Helper()
-	ctx := testkit.Context(t)
-	rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables
-		WHERE schemaname = 'public' AND tablename NOT LIKE 'goose_db_version%' ORDER BY 1`)
+	rows, err := pool.Query(testkit.Context(t), `SELECT table_name, string_agg(quote_ident(column_name), ', ' ORDER BY column_name)
+		FROM information_schema.columns WHERE table_schema = 'public' AND table_name NOT LIKE 'goose_db_version%'
+		GROUP BY table_name`)
 	if err != nil {
-		t.Fatalf("list tables: %v", err)
+		t.Fatalf("list columns: %v", err)
 	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("list tables: %v", err)
+	columns := map[string]string{}
+	var table, list string
+	if _, err := pgx.ForEachRow(rows, []any{&table, &list}, func() error { columns[table] = list; return nil }); err != nil {
+		t.Fatalf("list columns: %v", err)
 	}
+	return columns
+}
+
+// rows returns every row of each table of columns, those columns only (a later
+// migration may add some), as text in a stable order.
+func rows(t testing.TB, pool *pgxpool.Pool, columns map[string]string) string {
+	t.Helper()
+	tables := make([]string, 0, len(columns))
+	for table := range columns {
+		tables = append(tables, table)
+	}
+	slices.Sort(tables)
 	var b strings.Builder
 	for _, table := range tables {
 		var text string
-		name := pgx.Identifier{table}.Sanitize()
-		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(r::text, E'\n' ORDER BY r::text), '') FROM `+name+` r`).Scan(&text); err != nil {
+		q := `SELECT coalesce(string_agg(r::text, E'\n' ORDER BY r::text), '') FROM (SELECT ` + columns[table] +
+			` FROM ` + pgx.Identifier{table}.Sanitize() + `) r`
+		if err := pool.QueryRow(testkit.Context(t), q).Scan(&text); err != nil {
 			t.Fatalf("read %s: %v", table, err)
 		}
 		fmt.Fprintf(&b, "%s:\n%s\n", table, text)
