@@ -5,6 +5,7 @@ package migratetest
 import (
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,12 +29,15 @@ func Upgrade(t *testing.T, legacy fs.FS, schema migrate.Schema, seed string) *pg
 	if _, err := pool.Exec(ctx, seed); err != nil {
 		t.Fatalf("seed the legacy database: %v", err)
 	}
-	before := Rows(t, pool)
+	cols := columns(t, pool)
+	before := rowsOf(t, pool, cols)
 	if _, err := migrate.Up(ctx, url, schema); err != nil {
 		t.Fatalf("migrate the legacy database: %v", err)
 	}
 	pool.Reset() // connections may hold plans of the old schema
-	if after := Rows(t, pool); after != before {
+	// The columns the legacy rows had keep their values; a column a migration adds
+	// holds its default.
+	if after := rowsOf(t, pool, cols); after != before {
 		t.Errorf("rows changed by the migration:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	fresh, freshURL := testkit.NewDatabase(t, schema)
@@ -99,21 +103,45 @@ func Describe(t testing.TB, pool *pgxpool.Pool) string {
 // tables, as text in a stable order.
 func Rows(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
+	return rowsOf(t, pool, columns(t, pool))
+}
+
+// columns lists the columns of every table of pool's database but goose's version
+// tables, by table, in column order.
+func columns(t testing.TB, pool *pgxpool.Pool) map[string][]string {
+	t.Helper()
+	rows, err := pool.Query(testkit.Context(t), `SELECT table_name::text, column_name::text FROM information_schema.columns
+		WHERE table_schema = 'public' AND table_name NOT LIKE 'goose_db_version%' ORDER BY table_name, ordinal_position`)
+	if err != nil {
+		t.Fatalf("list columns: %v", err)
+	}
+	out := map[string][]string{}
+	var table, column string
+	if _, err := pgx.ForEachRow(rows, []any{&table, &column}, func() error {
+		out[table] = append(out[table], pgx.Identifier{column}.Sanitize())
+		return nil
+	}); err != nil {
+		t.Fatalf("list columns: %v", err)
+	}
+	return out
+}
+
+// rowsOf returns the rows of each table of cols, its columns of cols only, as text
+// in a stable order.
+func rowsOf(t testing.TB, pool *pgxpool.Pool, cols map[string][]string) string {
+	t.Helper()
 	ctx := testkit.Context(t)
-	rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables
-		WHERE schemaname = 'public' AND tablename NOT LIKE 'goose_db_version%' ORDER BY 1`)
-	if err != nil {
-		t.Fatalf("list tables: %v", err)
+	tables := make([]string, 0, len(cols))
+	for table := range cols {
+		tables = append(tables, table)
 	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("list tables: %v", err)
-	}
+	slices.Sort(tables)
 	var b strings.Builder
 	for _, table := range tables {
 		var text string
 		name := pgx.Identifier{table}.Sanitize()
-		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(r::text, E'\n' ORDER BY r::text), '') FROM `+name+` r`).Scan(&text); err != nil {
+		row := "ROW(" + strings.Join(cols[table], ", ") + ")::text"
+		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(`+row+`, E'\n' ORDER BY `+row+`), '') FROM `+name).Scan(&text); err != nil {
 			t.Fatalf("read %s: %v", table, err)
 		}
 		fmt.Fprintf(&b, "%s:\n%s\n", table, text)
