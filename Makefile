@@ -1,10 +1,11 @@
 # Two commands matter to a new user: `make demo` and `make test`.
 # Everything runs against PostgreSQL on 127.0.0.1:5432 and RabbitMQ on
-# 127.0.0.1:5672 (override with the variables in README.md).
+# 127.0.0.1:5672, the MySQL inbox's tests against MariaDB or MySQL on
+# 127.0.0.1:3306 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
-MODULES   := contracts platform services/order services/stock services/shipping services/auditor e2e
+PKGS      := ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
+MODULES   := contracts platform integrations/watermillinbox services/order services/stock services/shipping services/auditor e2e
 BINARIES  := order stock shipping auditor
 # gotestsum runs `go test` and prints each test as it ends, then a summary
 # ("DONE 512 tests, 1 failure in 300.1s"); pinned, fetched through the Go
@@ -14,7 +15,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test unit e2e lint demo bench chaos up down clean tidy
+.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy
 
 all: lint test
 
@@ -33,7 +34,7 @@ test: lint build
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
+	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
 
 ## e2e: the end-to-end suite on the real binaries
 e2e: build
@@ -59,12 +60,18 @@ CHAOS_ORDERS ?= 10000
 chaos: build
 	$(GO) run ./e2e/cmd/chaos -orders $(CHAOS_ORDERS)
 
-## up: the whole system in Docker (needs a Docker engine)
+## up: the whole system in Docker (needs a Docker engine with `docker compose`; README.md)
 up:
 	VERSION=$(VERSION) docker compose up -d --build
 
 down:
 	docker compose down -v
+
+## compose-test: docker-compose.yml run for real: up, orders through the published ports, the live page, the ledger, the demo, a relay crash, down
+# deploy/compose-test.sh starts dockerd, builds the compose tool and the base images
+# this machine cannot pull when they are missing, then runs the test on its own ports.
+compose-test:
+	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 30m ./e2e/composeup/
 
 tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done

@@ -41,23 +41,26 @@ type envelopeJSON Envelope
 // MarshalJSON encodes the envelope with OccurredAt in UTC with exactly three fraction digits,
 // as schemas/envelope.json requires. A nil Payload is encoded as null, which the schema rejects.
 func (e Envelope) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		EventID       uuid.UUID       `json:"event_id"`
-		EventName     string          `json:"event_name"`
-		OccurredAt    string          `json:"occurred_at"`
-		Producer      string          `json:"producer"`
-		SchemaVersion int             `json:"schema_version"`
-		CorrelationID string          `json:"correlation_id"`
-		Payload       json.RawMessage `json:"payload"`
-	}{
-		EventID:       e.EventID,
-		EventName:     e.EventName,
-		OccurredAt:    e.OccurredAt.UTC().Format(occurredAtLayout),
-		Producer:      e.Producer,
-		SchemaVersion: e.SchemaVersion,
-		CorrelationID: e.CorrelationID,
-		Payload:       e.Payload,
-	})
+	return json.Marshal(e.Wire())
+}
+
+// Wire is an envelope as it is encoded: its fields in schema order, OccurredAt as its wire
+// string, and Payload as any value encoding/json encodes. A producer that sets Payload to its
+// payload struct encodes the whole event in one pass, with no intermediate payload bytes.
+type Wire struct {
+	EventID       uuid.UUID `json:"event_id"`
+	EventName     string    `json:"event_name"`
+	OccurredAt    string    `json:"occurred_at"`
+	Producer      string    `json:"producer"`
+	SchemaVersion int       `json:"schema_version"`
+	CorrelationID string    `json:"correlation_id"`
+	Payload       any       `json:"payload"`
+}
+
+// Wire returns e's wire form, with e.Payload as its payload.
+func (e Envelope) Wire() Wire {
+	return Wire{EventID: e.EventID, EventName: e.EventName, OccurredAt: CloudEventsTime(e.OccurredAt),
+		Producer: e.Producer, SchemaVersion: e.SchemaVersion, CorrelationID: e.CorrelationID, Payload: e.Payload}
 }
 
 // UnmarshalJSON decodes an envelope, accepting any RFC 3339 occurred_at and converting it to

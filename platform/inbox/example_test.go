@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/inbox/msgkey"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
@@ -34,6 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 func runWithExampleDatabase(m *testing.M) int {
+	if os.Getenv(inboxtest.RaceWorkerEnv) != "" {
+		return m.Run() // a process of the race test, on the database its parent made
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	server := os.Getenv("TEST_DATABASE_URL")

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -228,70 +227,40 @@ func (c *Consumer) Handle(ctx context.Context, db DB, m Message, fn Func) (Outco
 
 // handle is Handle of the key with content hash sum (nil: no content check).
 func (c *Consumer) handle(ctx context.Context, db DB, key string, sum []byte, fn Func) (Outcome, error) {
-	key, err := msgkey.Normalize(key)
-	if err != nil {
-		c.metrics.invalid.Inc()
-		return Outcome{}, fmt.Errorf("inbox %s: %w", c.name, err)
-	}
-	var out Outcome
-	timer := prometheus.NewTimer(c.metrics.duration)
-	err = inTx(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		out, err = c.handleTx(ctx, tx, key, sum, fn)
-		return err
-	})
-	timer.ObserveDuration()
-	c.count(out, err)
-	if err != nil {
-		return out, fmt.Errorf("inbox %s: key %q: %w", c.name, key, err)
-	}
-	return out, nil
+	return handle(ctx, c, PostgresStore{}, db, key, sum, fn)
 }
 
-// handleTx is Handle inside tx.
-func (c *Consumer) handleTx(ctx context.Context, tx pgx.Tx, key string, sum []byte, fn Func) (Outcome, error) {
-	tag, err := tx.Exec(ctx, insertKey, c.name, key, sum)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("record key: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return c.duplicate(ctx, tx, key, sum)
-	}
-	res, err := fn(ctx, tx)
-	if err != nil || c.mode != ReturnStored {
-		return Outcome{}, err
-	}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("store result: %w", err)
-	}
-	if _, err := tx.Exec(ctx, storeResult, c.name, key, raw); err != nil {
-		return Outcome{}, fmt.Errorf("store result: %w", err)
-	}
-	return Outcome{Result: raw}, nil
+// PostgresStore is the Store of Consumer: processed_event on PostgreSQL through
+// pgx. A duplicate is an insert that inserted nothing (ON CONFLICT DO NOTHING),
+// which never aborts the transaction; NewStoreConsumer(PostgresStore{}, cfg) is
+// the generic form of NewConsumer(cfg).
+type PostgresStore struct{}
+
+// InTx implements Store: a READ COMMITTED transaction on a pool or connection, a
+// savepoint in an open pgx.Tx.
+func (PostgresStore) InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, db, fn)
 }
 
-// duplicate decides what an existing key means for a message with content hash sum.
-func (c *Consumer) duplicate(ctx context.Context, tx pgx.Tx, key string, sum []byte) (Outcome, error) {
-	var stored, result []byte
-	if err := tx.QueryRow(ctx, selectKey, c.name, key).Scan(&stored, &result); err != nil {
-		// pgx.ErrNoRows: the key was purged between the two statements; the
-		// caller's retry processes the message as new.
-		return Outcome{}, fmt.Errorf("read key: %w", err)
+// InsertKey implements Store.
+func (PostgresStore) InsertKey(ctx context.Context, tx pgx.Tx, consumer, key string, sum []byte) (bool, error) {
+	tag, err := tx.Exec(ctx, insertKey, consumer, key, sum)
+	if err != nil {
+		return false, err
 	}
-	if stored != nil && sum != nil && !bytes.Equal(stored, sum) {
-		return Outcome{}, c.conflict(ctx, key, stored, sum)
-	}
-	out := Outcome{Duplicate: true}
-	switch c.mode {
-	case Fail:
-		return out, ErrDuplicate
-	case ReturnStored:
-		if result != nil {
-			out.Result = result
-		}
-	}
-	return out, nil
+	return tag.RowsAffected() == 1, nil
+}
+
+// ReadKey implements Store; a purged key is pgx.ErrNoRows.
+func (PostgresStore) ReadKey(ctx context.Context, tx pgx.Tx, consumer, key string) (sum, result []byte, err error) {
+	err = tx.QueryRow(ctx, selectKey, consumer, key).Scan(&sum, &result)
+	return sum, result, err
+}
+
+// StoreResult implements Store.
+func (PostgresStore) StoreResult(ctx context.Context, tx pgx.Tx, consumer, key string, result []byte) error {
+	_, err := tx.Exec(ctx, storeResult, consumer, key, result)
+	return err
 }
 
 // conflict logs a reused key and returns its error.

@@ -20,3 +20,15 @@ func TestInboxWithGroupCommit(t *testing.T) {
 	t.Parallel()
 	inboxtest.Run(t, testSchema, inbox.WithGroupCommit(8, 2))
 }
+
+// TestEightProcessesRaceOverTripledMessages runs the race of real processes
+// (inboxtest.RunRace) on PostgreSQL.
+func TestEightProcessesRaceOverTripledMessages(t *testing.T) {
+	inboxtest.RunRace(t, inboxtest.Postgres(testSchema))
+}
+
+// BenchmarkStore measures the inbox's cost per message on PostgreSQL
+// (inboxtest.BenchStore).
+func BenchmarkStore(b *testing.B) {
+	inboxtest.BenchStore(b, inboxtest.Postgres(testSchema))
+}

@@ -279,27 +279,7 @@ func plan(v lockView, me uint32, mine []int, partitions int) (giveBack []int, ta
 func (r *Relay) coordinate(ctx context.Context, conn *pgx.Conn) error {
 	parts := map[int]*partition{}
 	var wg sync.WaitGroup
-	defer func() {
-		for _, p := range parts {
-			p.cancel()
-		}
-		wg.Wait()
-		r.mu.Lock()
-		clear(r.parts)
-		r.mu.Unlock()
-		for p := range parts {
-			r.m.partLeader.WithLabelValues(strconv.Itoa(p)).Set(0)
-		}
-		r.leading.Store(0)
-		r.m.leader.Set(0)
-		limit := finishTimeout
-		if ctx.Err() != nil {
-			limit = stopTimeout // the relay stops
-		}
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
+	defer r.stopAll(ctx, conn, parts, &wg)
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
 	}
@@ -338,29 +318,37 @@ func (r *Relay) coordinate(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
+// stopAll stops every worker of parts, waits for them, and closes conn,
+// which releases the locks.
+func (r *Relay) stopAll(ctx context.Context, conn *pgx.Conn, parts map[int]*partition, wg *sync.WaitGroup) {
+	for _, p := range parts {
+		p.cancel()
+	}
+	wg.Wait()
+	r.mu.Lock()
+	clear(r.parts)
+	r.mu.Unlock()
+	for p := range parts {
+		r.m.partLeader.WithLabelValues(strconv.Itoa(p)).Set(0)
+	}
+	r.leading.Store(0)
+	r.m.leader.Set(0)
+	limit := finishTimeout
+	if ctx.Err() != nil {
+		limit = stopTimeout // the relay stops
+	}
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
+	_ = conn.Close(closeCtx)
+}
+
 // round is one look at the locks: release what was given back and has
 // stopped, notice lost partitions, give back and take per plan.
 func (r *Relay) round(ctx context.Context, conn *pgx.Conn, me uint32, parts map[int]*partition, wg *sync.WaitGroup) error {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.LockTimeout)
 	defer cancel()
-	k := r.keys
-	for n, p := range parts {
-		select {
-		case <-p.done:
-		default:
-			continue
-		}
-		// Stopped: given back, or it found its lock gone. Either way the
-		// worker is over, so releasing cannot overlap one of its batches.
-		if _, err := conn.Exec(qctx, `SELECT pg_advisory_unlock($1::int, $2::int)`, k.lead, n); err != nil {
-			return fmt.Errorf("release partition %d: %w", n, err)
-		}
-		r.stopped(n, parts)
-		if !p.leaving {
-			r.logger.WarnContext(ctx, "outbox relay lost a partition", slog.Int("partition", n))
-		} else {
-			r.logger.InfoContext(ctx, "outbox relay gave a partition back", slog.Int("partition", n))
-		}
+	if err := r.release(ctx, qctx, conn, parts); err != nil {
+		return err
 	}
 	v, err := r.readLocks(qctx, conn)
 	if err != nil {
@@ -389,6 +377,35 @@ func (r *Relay) round(ctx context.Context, conn *pgx.Conn, me uint32, parts map[
 	if take == 0 {
 		return nil
 	}
+	return r.take(ctx, qctx, conn, v, me, take, parts, wg)
+}
+
+// release gives up the lead lock of every partition whose worker has ended.
+func (r *Relay) release(ctx, qctx context.Context, conn *pgx.Conn, parts map[int]*partition) error {
+	for n, p := range parts {
+		select {
+		case <-p.done:
+		default:
+			continue
+		}
+		// Stopped: given back, or it found its lock gone. Either way the
+		// worker is over, so releasing cannot overlap one of its batches.
+		if _, err := conn.Exec(qctx, `SELECT pg_advisory_unlock($1::int, $2::int)`, r.keys.lead, n); err != nil {
+			return fmt.Errorf("release partition %d: %w", n, err)
+		}
+		r.stopped(n, parts)
+		if !p.leaving {
+			r.logger.WarnContext(ctx, "outbox relay lost a partition", slog.Int("partition", n))
+		} else {
+			r.logger.InfoContext(ctx, "outbox relay gave a partition back", slog.Int("partition", n))
+		}
+	}
+	return nil
+}
+
+// take tries to lead up to want of the partitions nobody leads in v, and
+// starts a worker for each it got.
+func (r *Relay) take(ctx, qctx context.Context, conn *pgx.Conn, v lockView, me uint32, want int, parts map[int]*partition, wg *sync.WaitGroup) error {
 	var free []int32
 	for n := range r.cfg.Partitions {
 		if _, held := v.leaders[n]; !held {
@@ -404,14 +421,14 @@ func (r *Relay) round(ctx context.Context, conn *pgx.Conn, me uint32, parts map[
 	// given by this session's pid.
 	off := int(me) % len(free)
 	free = append(free[off:], free[:off]...)
-	free = free[:min(take, len(free))]
+	free = free[:min(want, len(free))]
 	var got []int32
 	if err := conn.QueryRow(qctx, `SELECT COALESCE(array_agg(p ORDER BY p), '{}') FROM unnest($2::int[]) AS p
-		WHERE pg_try_advisory_lock($1::int, p)`, k.lead, free).Scan(&got); err != nil {
+		WHERE pg_try_advisory_lock($1::int, p)`, r.keys.lead, free).Scan(&got); err != nil {
 		return fmt.Errorf("take partitions: %w", err)
 	}
-	for _, n := range got {
-		r.started(ctx, int(n), me, parts, wg)
+	for _, p := range got {
+		r.started(ctx, int(p), me, parts, wg)
 	}
 	return nil
 }

@@ -91,8 +91,9 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, 
 	}
 	env := contracts.Envelope{EventID: id, EventName: eventName, OccurredAt: w.now().UTC().Truncate(time.Millisecond),
 		Producer: w.producer, SchemaVersion: contracts.SchemaVersion, CorrelationID: correlationID}
-	body, err := json.Marshal(wireEnvelope{EventID: id, EventName: eventName, OccurredAt: contracts.CloudEventsTime(env.OccurredAt),
-		Producer: w.producer, SchemaVersion: env.SchemaVersion, CorrelationID: correlationID, Payload: payload})
+	wire := env.Wire()
+	wire.Payload = payload // the whole event in one encoding pass
+	body, err := json.Marshal(wire)
 	if err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: encode %s envelope: %w", eventName, err)
 	}
@@ -111,21 +112,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, 
 	return env, nil
 }
 
-// wireEnvelope is contracts.Envelope as it is sent (Envelope.MarshalJSON's
-// form), with the payload as the caller's value: json.Marshal encodes the
-// whole event in one pass, with no intermediate payload bytes to copy and
-// scan again.
-type wireEnvelope struct {
-	EventID       uuid.UUID `json:"event_id"`
-	EventName     string    `json:"event_name"`
-	OccurredAt    string    `json:"occurred_at"`
-	Producer      string    `json:"producer"`
-	SchemaVersion int       `json:"schema_version"`
-	CorrelationID string    `json:"correlation_id"`
-	Payload       any       `json:"payload"`
-}
-
-// payloadOf is the payload's JSON within body, an encoded wireEnvelope: the
+// payloadOf is the payload's JSON within body, an encoded contracts.Wire: the
 // payload is its last field, and the first `,"payload":` is its key, since a
 // quote inside an earlier string value is escaped.
 func payloadOf(body []byte) json.RawMessage {

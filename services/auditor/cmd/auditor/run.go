@@ -79,25 +79,10 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		return err
 	}
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
-		// The auditor reads what each service's migrate command creates.
-		open := func(url, service string) (*pgxpool.Pool, error) {
-			p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
-			if err == nil {
-				pools = append(pools, p)
-			}
-			return p, err
-		}
-		orderPool, err := open(cfg.OrderDatabaseURL, "order")
+		s, err := openStore(ctx, cfg, logger, &pools)
 		if err != nil {
 			return nil, err
 		}
-		consumers := map[string]*pgxpool.Pool{}
-		for name, url := range cfg.ConsumerDBs {
-			if consumers[name], err = open(url, name); err != nil {
-				return nil, err
-			}
-		}
-		s := store.New(orderPool, consumers)
 		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window,
 			QueueDepths: pr.QueueDepths}, reg, logger)
 		if err != nil {
@@ -113,6 +98,30 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
+}
+
+// openStore waits for the order database and each consumer's (pg.WaitPool, which
+// names the service's migrate command when one is missing) and returns the store
+// on them; every pool it opened is appended to pools, for the caller to close.
+func openStore(ctx context.Context, cfg serveConfig, logger *slog.Logger, pools *[]*pgxpool.Pool) (*store.Store, error) {
+	open := func(url, service string) (*pgxpool.Pool, error) {
+		p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
+		if err == nil {
+			*pools = append(*pools, p)
+		}
+		return p, err
+	}
+	orderPool, err := open(cfg.OrderDatabaseURL, "order")
+	if err != nil {
+		return nil, err
+	}
+	consumers := map[string]*pgxpool.Pool{}
+	for name, url := range cfg.ConsumerDBs {
+		if consumers[name], err = open(url, name); err != nil {
+			return nil, err
+		}
+	}
+	return store.New(orderPool, consumers), nil
 }
 
 // displayAddr turns a listen address such as [::]:8085 into one a browser opens.
