@@ -19,8 +19,7 @@ import (
 // Upgrade migrates a database with legacy (the migrations an older release shipped,
 // in goose's default version table), runs seed in it (SQL that writes rows), then
 // migrates it with schema. It fails t unless the database then has the schema of a
-// fresh database migrated with schema (Describe) and every row seed left, unchanged
-// in the columns it had,
+// fresh database migrated with schema (Describe) and every row seed left, unchanged,
 // and unless migrating either database again applies nothing. It returns a pool on
 // the upgraded database.
 func Upgrade(t *testing.T, legacy fs.FS, schema migrate.Schema, seed string) *pgxpool.Pool {
@@ -30,13 +29,15 @@ func Upgrade(t *testing.T, legacy fs.FS, schema migrate.Schema, seed string) *pg
 	if _, err := pool.Exec(ctx, seed); err != nil {
 		t.Fatalf("seed the legacy database: %v", err)
 	}
-	columns := legacyColumns(t, pool)
-	before := rows(t, pool, columns)
+	cols := columns(t, pool)
+	before := rowsOf(t, pool, cols)
 	if _, err := migrate.Up(ctx, url, schema); err != nil {
 		t.Fatalf("migrate the legacy database: %v", err)
 	}
 	pool.Reset() // connections may hold plans of the old schema
-	if after := rows(t, pool, columns); after != before {
+	// The columns the legacy rows had keep their values; a column a migration adds
+	// holds its default.
+	if after := rowsOf(t, pool, cols); after != before {
 		t.Errorf("rows changed by the migration:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	fresh, freshURL := testkit.NewDatabase(t, schema)
@@ -98,39 +99,49 @@ func Describe(t testing.TB, pool *pgxpool.Pool) string {
 	return strings.Join(all, "\n")
 }
 
-// legacyColumns returns, per table of pool's database but goose's version tables,
-// its columns as a select list.
-func legacyColumns(t testing.TB, pool *pgxpool.Pool) map[string]string {
+// Rows returns every row of every table of pool's database but goose's version
+// tables, as text in a stable order.
+func Rows(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	rows, err := pool.Query(testkit.Context(t), `SELECT table_name, string_agg(quote_ident(column_name), ', ' ORDER BY column_name)
-		FROM information_schema.columns WHERE table_schema = 'public' AND table_name NOT LIKE 'goose_db_version%'
-		GROUP BY table_name`)
+	return rowsOf(t, pool, columns(t, pool))
+}
+
+// columns lists the columns of every table of pool's database but goose's version
+// tables, by table, in column order.
+func columns(t testing.TB, pool *pgxpool.Pool) map[string][]string {
+	t.Helper()
+	rows, err := pool.Query(testkit.Context(t), `SELECT table_name::text, column_name::text FROM information_schema.columns
+		WHERE table_schema = 'public' AND table_name NOT LIKE 'goose_db_version%' ORDER BY table_name, ordinal_position`)
 	if err != nil {
 		t.Fatalf("list columns: %v", err)
 	}
-	columns := map[string]string{}
-	var table, list string
-	if _, err := pgx.ForEachRow(rows, []any{&table, &list}, func() error { columns[table] = list; return nil }); err != nil {
+	out := map[string][]string{}
+	var table, column string
+	if _, err := pgx.ForEachRow(rows, []any{&table, &column}, func() error {
+		out[table] = append(out[table], pgx.Identifier{column}.Sanitize())
+		return nil
+	}); err != nil {
 		t.Fatalf("list columns: %v", err)
 	}
-	return columns
+	return out
 }
 
-// rows returns every row of each table of columns, those columns only (a later
-// migration may add some), as text in a stable order.
-func rows(t testing.TB, pool *pgxpool.Pool, columns map[string]string) string {
+// rowsOf returns the rows of each table of cols, its columns of cols only, as text
+// in a stable order.
+func rowsOf(t testing.TB, pool *pgxpool.Pool, cols map[string][]string) string {
 	t.Helper()
-	tables := make([]string, 0, len(columns))
-	for table := range columns {
+	ctx := testkit.Context(t)
+	tables := make([]string, 0, len(cols))
+	for table := range cols {
 		tables = append(tables, table)
 	}
 	slices.Sort(tables)
 	var b strings.Builder
 	for _, table := range tables {
 		var text string
-		q := `SELECT coalesce(string_agg(r::text, E'\n' ORDER BY r::text), '') FROM (SELECT ` + columns[table] +
-			` FROM ` + pgx.Identifier{table}.Sanitize() + `) r`
-		if err := pool.QueryRow(testkit.Context(t), q).Scan(&text); err != nil {
+		name := pgx.Identifier{table}.Sanitize()
+		row := "ROW(" + strings.Join(cols[table], ", ") + ")::text"
+		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(`+row+`, E'\n' ORDER BY `+row+`), '') FROM `+name).Scan(&text); err != nil {
 			t.Fatalf("read %s: %v", table, err)
 		}
 		fmt.Fprintf(&b, "%s:\n%s\n", table, text)
