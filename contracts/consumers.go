@@ -9,9 +9,6 @@ const (
 	ConsumerStock = "stock"
 	// ConsumerShipping is the shipping service's consumer: it keeps order_status and shipments.
 	ConsumerShipping = "shipping"
-	// ConsumerOrder is the order service's consumer of stock's answers: it confirms or
-	// rejects placed orders. (The order API's idempotency keys are consumer "order-api".)
-	ConsumerOrder = "order"
 )
 
 // Consumer describes one consuming service on the broker: the queue it reads, its dead-letter
@@ -35,25 +32,12 @@ func (c Consumer) Receives(eventName string) bool {
 }
 
 // Consumers returns every consumer of the contract's events, in a fresh slice the caller may
-// modify: stock (reserves on placed, releases on cancelled) and shipping (follows every
-// status change of an order). Each lists its events by name, so a service never receives
-// its own events and a new event reaches a consumer only when it is added here. Order's
-// consumer of stock's answers, [OrderConsumer], joins the list once order serve runs it.
+// modify: stock and shipping, each receiving both order events.
 func Consumers() []Consumer {
 	return []Consumer{
-		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ,
-			Events: []string{EventOrderPlaced, EventOrderCancelled}},
-		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ,
-			Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
+		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ, Events: EventNames()},
+		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ, Events: EventNames()},
 	}
-}
-
-// OrderConsumer describes order's consumer of stock's answers: queue [QueueOrder] bound to
-// [EventStockReservationConfirmed] and [EventStockReservationRejected], dead-letter queue
-// [QueueOrderDLQ].
-func OrderConsumer() Consumer {
-	return Consumer{Name: ConsumerOrder, Queue: QueueOrder, DeadLetterQueue: QueueOrderDLQ,
-		Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}}
 }
 
 // ConsumersOf returns the consumers that receive eventName, in the order of [Consumers]; none

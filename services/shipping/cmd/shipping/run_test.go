@@ -37,7 +37,7 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":7}`) {
+	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":5}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := servetest.Start(t, run, "shipping", vars)
@@ -59,8 +59,8 @@ func TestServe(t *testing.T) {
 		Status string `json:"status"`
 	}
 	servetest.GetJSON(t, srv.URL+"/shipments/"+orderID.String(), http.StatusOK, &shipment)
-	if shipment.Status != "pending" {
-		t.Errorf("shipment status = %q, want pending (placed, not yet confirmed)", shipment.Status)
+	if shipment.Status != "ready" {
+		t.Errorf("shipment status = %q, want ready", shipment.Status)
 	}
 
 	_, metrics := servetest.Get(t, srv.URL+"/metrics")

@@ -22,12 +22,8 @@ type Status string
 
 // Order statuses carried by the order events.
 const (
-	// StatusPlaced comes from order.order.placed.v1: stock has not answered yet.
+	// StatusPlaced comes from order.order.placed.v1.
 	StatusPlaced Status = "placed"
-	// StatusConfirmed comes from order.order.confirmed.v1: stock holds every line.
-	StatusConfirmed Status = "confirmed"
-	// StatusRejected comes from order.order.rejected.v1: stock could not hold it.
-	StatusRejected Status = "rejected"
 	// StatusCancelled comes from order.order.cancelled.v1.
 	StatusCancelled Status = "cancelled"
 )
@@ -37,11 +33,12 @@ type ShipmentStatus string
 
 // Shipment statuses (the CHECK constraint of the shipment table).
 const (
-	// ShipmentPending is the shipment of a placed order: waiting for stock's answer.
+	// ShipmentPending is a shipment not yet ready to go. No current event
+	// leads to it; it is kept for a preparation step between placed and ready.
 	ShipmentPending ShipmentStatus = "pending"
-	// ShipmentReady is the shipment of a confirmed order: stock holds its goods.
+	// ShipmentReady is the shipment of a placed order.
 	ShipmentReady ShipmentStatus = "ready"
-	// ShipmentCancelled is the shipment of a rejected or cancelled order.
+	// ShipmentCancelled is the shipment of a cancelled order.
 	ShipmentCancelled ShipmentStatus = "cancelled"
 )
 
@@ -50,7 +47,7 @@ const (
 // rule 4); event ids and occurred_at never do.
 type StatusChange struct {
 	OrderID uuid.UUID // the order the event is about
-	Status  Status    // from the event name: placed, confirmed, rejected or cancelled
+	Status  Status    // StatusPlaced or StatusCancelled, from the event name
 	Version int       // the order's version after the change (payload version, >= 1)
 }
 
@@ -69,15 +66,13 @@ func (c StatusChange) Validate() error {
 }
 
 // ShipmentStatusFor returns the shipment status that follows an order status:
-// placed -> pending, confirmed -> ready, rejected and cancelled -> cancelled. An
-// unknown status returns an error wrapping ErrInvalidChange.
+// placed -> ready, cancelled -> cancelled. An unknown status returns an error
+// wrapping ErrInvalidChange.
 func ShipmentStatusFor(s Status) (ShipmentStatus, error) {
 	switch s {
 	case StatusPlaced:
-		return ShipmentPending, nil
-	case StatusConfirmed:
 		return ShipmentReady, nil
-	case StatusRejected, StatusCancelled:
+	case StatusCancelled:
 		return ShipmentCancelled, nil
 	default:
 		return "", fmt.Errorf("%w: unknown order status %q", ErrInvalidChange, s)
