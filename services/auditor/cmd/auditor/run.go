@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
@@ -47,9 +48,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // runServe serves the auditor until ctx ends: config and logger; the listener, which
-// answers /healthz, /metrics and a 503 /readyz and 503 problems until the three
-// databases answer (pg.WaitPool each); then the continuous audit and the
-// full router. ctx's end stops the audit and starts a graceful HTTP shutdown bounded
+// answers /healthz, /metrics and a 503 /readyz and 503 problems until the database of
+// every service of the registry (contracts.Services) answers (pg.WaitPool each); then
+// the continuous audit of the order outbox against every consumer, and the full router. ctx's end stops the audit and starts a graceful HTTP shutdown bounded
 // by httpx.ShutdownTimeout (10 s).
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	env := config.NewEnv(getenv)
@@ -101,7 +102,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		_ = pr.Close()
 	}()
 
-	err = func() error {
+	err = func() (err error) {
 		// The auditor reads what each service's migrate command creates.
 		open := func(url, service string) (*pgxpool.Pool, error) {
 			p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
@@ -110,16 +111,19 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			}
 			return p, err
 		}
-		orderPool, err := open(cfg.OrderDatabaseURL, "order")
-		if err != nil {
-			return err
-		}
-		consumers := map[string]*pgxpool.Pool{}
-		for name, url := range cfg.ConsumerDBs {
-			if consumers[name], err = open(url, name); err != nil {
+		// One pool per service of the registry; a service that both publishes and
+		// consumes shares its pool between the two.
+		services := map[string]*pgxpool.Pool{}
+		for _, svc := range contracts.Services() {
+			if services[svc.Name], err = open(cfg.Databases[svc.Name], svc.Name); err != nil {
 				return err
 			}
 		}
+		consumers := map[string]*pgxpool.Pool{}
+		for _, c := range contracts.Consumers() {
+			consumers[c.Name] = services[c.Name]
+		}
+		orderPool := services[contracts.ProducerOrder]
 		s := store.New(orderPool, consumers)
 		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window}, reg, logger)
 		if err != nil {
@@ -131,7 +135,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, apidoc.OpenAPI, logger).Routes(router)
 		handler.Set(router)
 		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(ln.Addr())+"/"),
-			slog.String("order_database", config.MaskURL(cfg.OrderDatabaseURL)))
+			slog.Int("databases", len(services)))
 		return nil
 	}()
 	if err != nil && ctx.Err() != nil {
