@@ -4,10 +4,10 @@ import "slices"
 
 // The registry: every service that publishes ([Producers]) or consumes ([Consumers]) events,
 // and where each one runs by default ([Services]). It is the one list the rest of the
-// repository follows: the auditor reads one database per service and audits every consumer,
+// repository follows: the auditor reads one database per service and audits every consumer;
 // the AsyncAPI document, the end-to-end system, the build and the deploy files are checked
-// against it by tests (docs/architecture.md, "Add a service"). Adding a service is adding its
-// entries here.
+// against it by tests (docs/architecture.md, "Add a fourth service"). Adding a service starts
+// with its entries here.
 
 // Consumer names, the `consumer` column of each consuming service's processed_event and
 // dead_letter tables.
