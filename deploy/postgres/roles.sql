@@ -6,7 +6,8 @@
 --
 -- It sets no password: the deployment sets them (ALTER ROLE ... PASSWORD, or your
 -- secret store); local trust authentication needs none. The privileges come from
--- the services' migrations, which run as the owner of each database and grant:
+-- each service's `migrate`, which runs as the owner of its database and grants
+-- (on the platform's tables, to the roles its migrations.Schema names):
 --
 --   order_api             order serve
 --   order_relay           order relay

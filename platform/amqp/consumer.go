@@ -111,9 +111,8 @@ type ConsumerConfig struct {
 	// the broker blocks a connection that publishes during a resource alarm,
 	// and with it the acks of every delivery on that connection.
 	RetryConn *Connection
-	// DeadLetterQueue, when set, is where failed deliveries are dead-lettered
-	// as copies carrying why (see deadLetter); empty rejects them to the
-	// queue's dead-letter exchange instead, without those headers.
+	// DeadLetterQueue is where failed deliveries are dead-lettered, as
+	// copies carrying why (required; QueueSpec.DeadLetterQueue).
 	DeadLetterQueue string
 	// OnDeadLetter, when set, is called before a dead-lettered copy is
 	// published (to record it); an error keeps the delivery in its queue.
@@ -168,15 +167,12 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 //     never past a delivery that is still being handled or was left
 //     unsettled: after a crash it and every later delivery come back
 //     (docs/architecture.md, rule 3).
-//   - an error wrapping ErrPermanent: dead-lettered at once. With
-//     DeadLetterQueue set, OnDeadLetter records it, a copy (body and
-//     properties intact, headers x-last-error, x-attempt and
-//     x-dead-lettered-at added) is published to DeadLetterQueue with a
-//     confirm, and only then the original is acked; if recording or
-//     publishing fails the original is requeued after the first retry
-//     delay, so nothing is lost. Without DeadLetterQueue it is rejected
-//     without requeue and the queue's dead-letter exchange moves it, body
-//     and headers intact, to its dead-letter queue (the broker adds x-death).
+//   - an error wrapping ErrPermanent: dead-lettered at once: OnDeadLetter
+//     (if set) records it, a copy (body and properties intact, headers
+//     x-last-error, x-attempt and x-dead-lettered-at added) is published to
+//     DeadLetterQueue with a confirm, and only then the original is acked;
+//     if recording or publishing fails the original is requeued after the
+//     first retry delay, so nothing is lost.
 //   - another error, attempt < MaxAttempts: a copy (same body, properties
 //     and headers, AttemptHeader = attempt+1, persistent) is published to the
 //     retry queue of level min(attempt, levels) through the default exchange
@@ -234,8 +230,8 @@ type Consumer struct {
 func NewConsumer(conn *Connection, cfg ConsumerConfig, h HandlerFunc, logger *slog.Logger, reg prometheus.Registerer) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	switch {
-	case cfg.Queue == "":
-		return nil, errors.New("amqp consumer: Queue is required")
+	case cfg.Queue == "" || cfg.DeadLetterQueue == "":
+		return nil, errors.New("amqp consumer: Queue and DeadLetterQueue are required")
 	case h == nil:
 		return nil, errors.New("amqp consumer: handler is nil")
 	case cfg.MaxAttempts > 1 && len(cfg.RetryDelays) == 0:
@@ -591,14 +587,14 @@ func (c *Consumer) publishRetry(ctx context.Context, queue string, d *amqp091.De
 // for the broker's confirm, declaring the topology again once when the
 // broker returns it (the queue is missing).
 func (c *Consumer) publishCopy(ctx context.Context, queue string, msg amqp091.Publishing) error {
-	err := c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+	err := c.retry.Publish(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
 	if !errors.Is(err, ErrReturned) {
 		return err
 	}
 	if derr := c.conn.Redeclare(ctx); derr != nil {
 		return errors.Join(err, derr)
 	}
-	return c.retry.publishRaw(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
+	return c.retry.Publish(ctx, queue, msg, c.cfg.RetryConfirmTimeout)
 }
 
 func (c *Consumer) call(ctx context.Context, d Delivery) (err error) {
@@ -712,7 +708,7 @@ func newConsumerMetrics(reg prometheus.Registerer, name, queue string) (consumer
 	processed, err1 := counter("processed_total", "Deliveries handled successfully and acked.")
 	failures, err2 := counter("failures_total", "Deliveries whose handler returned an error.")
 	retries, err3 := counter("retries_total", "Failed deliveries moved to a retry queue.")
-	dead, err4 := counter("dead_lettered_total", "Deliveries rejected to the dead-letter queue.")
+	dead, err4 := counter("dead_lettered_total", "Deliveries copied to the dead-letter queue.")
 	duration, err5 := metrics.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "amqp", Subsystem: "consumer", Name: "handler_duration_seconds",
 		Help: "Time spent in the handler, in seconds.", Buckets: prometheus.DefBuckets,

@@ -65,6 +65,9 @@ func startConsumer(t *testing.T, conn *Connection, cfg ConsumerConfig, h Handler
 	if cfg.MinBackoff == 0 {
 		cfg.MinBackoff, cfg.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
 	}
+	if cfg.DeadLetterQueue == "" {
+		cfg.DeadLetterQueue = cfg.Queue + ".dlq" // testTopology's
+	}
 	c, err := NewConsumer(conn, cfg, h, testLogger(t), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +313,8 @@ func TestConsumerDeclaresAQueueMissingAtSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	c, err := NewConsumer(conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays}, rec.handle, testLogger(t), nil)
+	c, err := NewConsumer(conn, ConsumerConfig{Queue: topo.Queues[0].Name, DeadLetterQueue: topo.Queues[0].DeadLetterQueue,
+		RetryDelays: topo.Queues[0].RetryDelays}, rec.handle, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +380,7 @@ func TestConsumerPausesWhileADependencyIsUnavailable(t *testing.T) {
 	}
 	logs := &testkit.Logs{}
 	cfg := ConsumerConfig{
-		Queue: topo.Queues[0].Name, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+		Queue: topo.Queues[0].Name, DeadLetterQueue: topo.Queues[0].DeadLetterQueue, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		Probe: func(context.Context) error {
 			if down.Load() {
@@ -572,7 +576,7 @@ func TestConsumerLogsEachFailureOnceWithItsEvent(t *testing.T) {
 	conn := dialTest(t, topo)
 	logs := &testkit.Logs{}
 	c, err := NewConsumer(conn, ConsumerConfig{
-		Queue: topo.Queues[0].Name, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
+		Queue: topo.Queues[0].Name, DeadLetterQueue: topo.Queues[0].DeadLetterQueue, MaxAttempts: 2, RetryDelays: topo.Queues[0].RetryDelays,
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 	}, func(_ context.Context, d Delivery) error {
 		return fmt.Errorf("apply: %w", attrError{id: "ev-" + d.MessageID})

@@ -43,19 +43,12 @@ type DeadLetter struct {
 }
 
 // deadLetter settles a delivery that has failed for good (docs/architecture.md,
-// step 5 of the flow). Without DeadLetterQueue it rejects d to the queue's
-// dead-letter exchange. Otherwise it records the dead letter (OnDeadLetter),
-// publishes a copy carrying why to DeadLetterQueue, waits for the confirm and
-// only then acks d. A failed record or publish is not the message's fault
-// (the database or broker is in trouble): d goes back to its queue after the
-// first retry delay and will be dead-lettered on its next delivery.
+// step 5 of the flow): it records the dead letter (OnDeadLetter), publishes a
+// copy carrying why to DeadLetterQueue, waits for the confirm and only then
+// acks d. A failed record or publish is not the message's fault (the database
+// or broker is in trouble): d goes back to its queue after the first retry
+// delay and will be dead-lettered on its next delivery.
 func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.Delivery, attempt int, cause error) {
-	if c.cfg.DeadLetterQueue == "" {
-		log.ErrorContext(ctx, "dead-lettering", slog.Any("error", cause))
-		c.metrics.deadLettered.Inc()
-		settle(ctx, log, "reject", d.Reject(false))
-		return
-	}
 	dl := DeadLetter{
 		Delivery: Delivery{
 			Body: d.Body, MessageID: d.MessageId, Type: d.Type, RoutingKey: d.RoutingKey,

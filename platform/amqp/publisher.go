@@ -70,7 +70,18 @@ const returnsBuffer = 256
 
 // Publisher publishes to one exchange on its own confirm-mode channel with
 // the mandatory flag, and reports what the broker confirmed (docs/architecture.md,
-// rule 2: publish, wait for the confirm, only then mark as published).
+// rule 2: publish, wait for the confirm, only then mark as published). It is
+// the platform's one publish-with-confirm helper, in three forms:
+//
+//   - Stream: a pipelined session (send without waiting, confirms in order,
+//     the first failure ends it), which the outbox relay publishes through;
+//   - PublishBatch: a Stream for one slice of Messages, confirmed as a whole;
+//   - Publish: one prepared amqp091.Publishing to a routing key, for copies of
+//     a delivery (retry and dead-letter copies, a dead letter sent back).
+//
+// Every form waits for publisher confirms and treats a returned (unroutable)
+// message as a failure; none waits past its timeout, even while the broker
+// blocks publishers (ErrBlocked).
 //
 // A Publisher is safe for concurrent use; calls are serialised on its one
 // channel, so use several Publishers for parallel publishing. The channel is
@@ -97,9 +108,16 @@ func NewPublisher(conn *Connection, exchange string) *Publisher {
 // Exchange returns the exchange the Publisher publishes to.
 func (p *Publisher) Exchange() string { return p.exchange }
 
-// publishRaw publishes one prepared message to key and waits for its
-// confirm; used by the consumer to move a delivery to a retry queue.
-func (p *Publisher) publishRaw(ctx context.Context, key string, msg amqp091.Publishing, confirmTimeout time.Duration) error {
+// Publish publishes one prepared message to routing key key (a queue name on
+// the default exchange "") and waits for its confirm: the form for copies of
+// a delivery that keep its properties and headers, such as a retry copy, a
+// dead-letter copy or a dead letter sent back to its queue. It returns nil
+// once the broker acked the message and did not return it, and otherwise a
+// *PublishError (ErrNacked, ErrReturned, ErrConfirmTimeout, ErrBlocked, a
+// closed channel or connection, or ctx's error). It sends nothing after
+// confirmTimeout (<= 0: no bound but ctx) and repairs a deleted exchange
+// once, as PublishBatch does.
+func (p *Publisher) Publish(ctx context.Context, key string, msg amqp091.Publishing, confirmTimeout time.Duration) error {
 	s := p.Stream(ctx, confirmTimeout)
 	defer s.Close()
 	s.sendRaw(key, msg)

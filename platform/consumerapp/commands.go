@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"time"
 
 	"example.com/shop/contracts"
@@ -31,9 +30,9 @@ func (s Service) contract() contracts.Consumer {
 }
 
 // MigrateCommand is `<name> migrate`: it creates the service's database if it is
-// missing and applies the migrations of migrations, logging each one and the
+// missing and applies schema (the platform's sets it uses, then its own), logging each one and the
 // outcome as JSON on stderr (migrate.Apply); running it again applies nothing.
-func (s Service) MigrateCommand(migrations fs.FS, getenv func(string) string, stderr io.Writer) cli.Command {
+func (s Service) MigrateCommand(schema migrate.Schema, getenv func(string) string, stderr io.Writer) cli.Command {
 	return cli.Command{
 		Name:    "migrate",
 		Summary: "create the " + s.Name + " database if missing and apply the embedded migrations",
@@ -44,7 +43,7 @@ func (s Service) MigrateCommand(migrations fs.FS, getenv func(string) string, st
 				return err
 			}
 			logger := logging.New(stderr, cfg.LogLevel, s.Name+"-migrate")
-			if err := migrate.Apply(ctx, cfg.DatabaseURL, migrations, logger); err != nil {
+			if err := migrate.Apply(ctx, cfg.DatabaseURL, schema, logger); err != nil {
 				return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 			}
 			return nil

@@ -98,35 +98,19 @@ func TestPurgeInboxRefusesBeforeConnecting(t *testing.T) {
 	}
 }
 
-// TestDependenciesNeedAContractConsumer: serve's dependencies take the service's
-// queues from the contract, and refuse a name the contract does not know; the dlq
-// command names the contract's dead-letter queue.
-func TestDependenciesNeedAContractConsumer(t *testing.T) {
-	if _, err := billing.NewDeps(consumerapp.ServeConfig{}); err == nil || !strings.Contains(err.Error(), "billing") {
-		t.Errorf("NewDeps of an unknown consumer: %v, want an error naming it", err)
+// TestServeNeedsAContractConsumer: serve takes the service's queues from the
+// contract and refuses, before dialling anything, a name the contract does not
+// know; serve and dlq name the contract's queues.
+func TestServeNeedsAContractConsumer(t *testing.T) {
+	var stderr bytes.Buffer
+	serve := billing.ServeCommand(getenv(map[string]string{"HTTP_ADDR": "127.0.0.1:0"}), &stderr, nil, nil)
+	if err := serve.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "billing") {
+		t.Errorf("serve of an unknown consumer: %v, want an error naming it", err)
 	}
 	known := billing
 	known.Name = contracts.ConsumerStock
-	deps, err := known.NewDeps(consumerapp.ServeConfig{RetryDelays: []time.Duration{time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer deps.Close()
-	var names []string
-	for _, c := range deps.Checks() {
-		names = append(names, c.Name)
-		if err := c.Fn(context.Background()); err == nil {
-			t.Errorf("check %s passes before anything is connected", c.Name)
-		}
-	}
-	if want := []string{"postgres", "rabbitmq", "rabbitmq_retry", "consumer"}; !slices.Equal(names, want) {
-		t.Errorf("checks %v, want %v", names, want)
-	}
-	if err := deps.Consume(nil, nil, nil); err == nil {
-		t.Error("Consume before Connect succeeded")
-	}
-	if err := deps.Run(context.Background()); err == nil {
-		t.Error("Run before Consume succeeded")
+	if s := known.ServeCommand(getenv(nil), nil, nil, nil).Summary; !strings.HasSuffix(s, contracts.QueueStock) {
+		t.Errorf("serve summary %q does not name %s", s, contracts.QueueStock)
 	}
 	if s := known.DLQCommand(getenv(nil), nil, nil).Summary; !strings.HasSuffix(s, contracts.QueueStockDLQ) {
 		t.Errorf("dlq summary %q does not name %s", s, contracts.QueueStockDLQ)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,18 +14,112 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/cli"
+	"example.com/shop/platform/config"
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/logging"
+	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/telemetry"
 )
 
-// Deps are the dependencies of `<name> serve`: the database pool, the broker
-// connection that consumes, the one that publishes retry copies (so that a broker
-// blocking publishers never stalls the acks), and the consumer. Each is nil until
-// connected; Checks reports them to /readyz meanwhile. Its methods are called from
-// one goroutine (serve's start-up); Checks' functions may run on any.
-type Deps struct {
+// Handlers registers a service's event handlers on its inbox (inbox.On,
+// inbox.OnGroup); logger is serve's.
+type Handlers func(ib *inbox.Inbox, logger *slog.Logger)
+
+// Routes returns a service's HTTP handler once its database is connected: its own
+// routes over pool, with /healthz, /metrics (reg) and /readyz (checks, serve's
+// readiness checks) as httpx.NewRouter serves them.
+type Routes func(pool *pgxpool.Pool, logger *slog.Logger, reg *prometheus.Registry, checks []httpx.Check) http.Handler
+
+// ServeCommand is `<name> serve`: the HTTP API and the consumer of the service's
+// queue (contracts.ConsumerNamed), with the service's own event handlers and
+// routes. It reads ServeConfig through getenv and logs JSON to stderr; serve states
+// the life cycle.
+func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, handlers Handlers, routes Routes) cli.Command {
+	return cli.Command{
+		Name:    "serve",
+		Summary: "serve the HTTP API (HTTP_ADDR) and consume " + s.contract().Queue,
+		Env:     func(env *config.Env) { s.LoadServeConfig(env) },
+		Run: func(ctx context.Context, _ []string) error {
+			return s.serve(ctx, getenv, stderr, handlers, routes)
+		},
+	}
+}
+
+// serve runs the HTTP API and the consumer until ctx ends or one of them fails,
+// then stops both. It reads top to bottom: configuration, logger and tracing; the
+// HTTP server, listening first and answering /healthz, /metrics and /readyz (503
+// until PostgreSQL and the broker are connected) and a 503 problem on every other
+// path; the database, waited for with pg.WaitPool, and the broker, dialled twice
+// with backoff (one connection consumes, the other publishes retry and dead-letter
+// copies, so that a broker blocking publishers never stalls the acks), each
+// declaring the service's topology (deps.connect); the inbox with the service's
+// handlers (docs/architecture.md rule 3); the consumer (deps.consume); the
+// service's routes; then consuming until ctx ends, and the shutdown bounded by the
+// consumer's and the server's timeouts.
+//
+// /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and
+// not blocked) and "consumer" (subscribed, not paused). While the database or the
+// retry path is unavailable the consumer pauses and resumes once both answer.
+//
+// It returns nil after a clean shutdown, also when ctx ends while it still waits
+// for a dependency.
+func (s Service) serve(ctx context.Context, getenv func(string) string, stderr io.Writer, handlers Handlers, routes Routes) error {
+	cfg, err := config.Load(getenv, s.LoadServeConfig)
+	if err != nil {
+		return err
+	}
+	logger := logging.New(stderr, cfg.LogLevel, s.Name)
+	stopTracing, err := telemetry.Start(ctx, s.Name, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
+	deps, err := s.newDeps(cfg)
+	if err != nil {
+		return err
+	}
+	defer deps.close()
+	validator, err := contracts.NewValidator()
+	if err != nil {
+		return err
+	}
+
+	reg := metrics.NewRegistry()
+	checks := deps.checks()
+	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to its dependencies yet", checks...)
+	if err != nil {
+		return err
+	}
+	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
+		pool, err := deps.connect(ctx, logger, reg)
+		if err != nil {
+			return nil, err
+		}
+		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+		handlers(ib, logger)
+		if err := deps.consume(ib, logger, reg); err != nil {
+			return nil, err
+		}
+		srv.Ready(routes(pool, logger, reg, checks))
+		logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
+			slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
+		return deps.run, nil // consume until ctx ends
+	})
+	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
+	return err
+}
+
+// deps are the dependencies of serve: the database pool, the broker connection
+// that consumes, the one that publishes retry and dead-letter copies, and the
+// consumer. Each is nil until connected; checks reports them to /readyz meanwhile.
+// Its methods are called from serve's start-up, in order; checks' functions may run
+// on any goroutine.
+type deps struct {
 	svc      Service
 	cfg      ServeConfig
 	queue    amqp.QueueSpec
@@ -35,23 +131,23 @@ type Deps struct {
 	consumer atomic.Pointer[amqp.Consumer]
 }
 
-// NewDeps prepares the dependencies of serve with cfg: the service's queue, with
+// newDeps prepares the dependencies of serve with cfg: the service's queue, with
 // its retry levels and dead-letter queue, and the topology both broker
 // connections declare (amqp.ConsumerQueue, amqp.EventTopology). It fails when the
 // contract has no consumer named s.Name.
-func (s Service) NewDeps(cfg ServeConfig) (*Deps, error) {
+func (s Service) newDeps(cfg ServeConfig) (*deps, error) {
 	consumer, ok := contracts.ConsumerNamed(s.Name)
 	if !ok {
 		return nil, errors.New("the contract has no consumer " + s.Name)
 	}
 	queue := amqp.ConsumerQueue(consumer, cfg.RetryDelays)
-	return &Deps{svc: s, cfg: cfg, queue: queue, topology: amqp.EventTopology(queue)}, nil
+	return &deps{svc: s, cfg: cfg, queue: queue, topology: amqp.EventTopology(queue)}, nil
 }
 
-// Checks are the readiness checks of serve: "postgres" (ping), "rabbitmq" and
+// checks are the readiness checks of serve: "postgres" (ping), "rabbitmq" and
 // "rabbitmq_retry" (connected and not blocked) and "consumer" (subscribed, not
-// paused); each fails with "not connected yet" until Connect or Consume stored it.
-func (d *Deps) Checks() []httpx.Check {
+// paused); each fails with "not connected yet" until connect or consume stored it.
+func (d *deps) checks() []httpx.Check {
 	brokerReady := func(c *amqp.Connection, _ context.Context) error { return c.Ready() }
 	return []httpx.Check{
 		httpx.Pending("postgres", &d.pool, (*pgxpool.Pool).Ping),
@@ -61,13 +157,13 @@ func (d *Deps) Checks() []httpx.Check {
 	}
 }
 
-// Connect waits for the database with pg.WaitPool (PoolSize connections unless the
+// connect waits for the database with pg.WaitPool (PoolSize connections unless the
 // URL sets pool_max_conns; the processed_event table created by `<name> migrate`),
 // then dials the broker twice with backoff, each connection declaring the
 // service's topology; only the consuming one declares it again every
 // AMQP_REDECLARE_INTERVAL. It returns the pool; it returns ctx's error when ctx
 // ends first, and a wrapped error for a dependency that refuses for good.
-func (d *Deps) Connect(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) (*pgxpool.Pool, error) {
+func (d *deps) connect(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) (*pgxpool.Pool, error) {
 	p, err := pg.WaitPool(ctx, pg.WithPoolSize(d.cfg.DatabaseURL, d.cfg.PoolSize()), logger,
 		pg.CreatedBy(d.svc.Name+" migrate"), pg.RequireTables("processed_event"))
 	if err != nil {
@@ -89,27 +185,24 @@ func (d *Deps) Connect(ctx context.Context, logger *slog.Logger, reg prometheus.
 	return p, nil
 }
 
-// Consume subscribes ib to the service's queue after Connect: <P>WORKERS
+// consume subscribes ib to the service's queue after connect: <P>WORKERS
 // deliveries at once, <P>PREFETCH ahead, retried through the retry levels and
-// dead-lettered after <P>MAX_ATTEMPTS, each dead letter recorded in dead_letter
-// before its copy (package dlq; docs/architecture.md rule 3). The consumer pauses
-// while the database does not answer. It also registers the dead-letter metrics
-// on reg. Run then consumes.
-func (d *Deps) Consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) error {
-	p, conn, retryConn := d.pool.Load(), d.broker.Load(), d.retry.Load()
-	if p == nil || conn == nil || retryConn == nil {
-		return errors.New("consumer: Consume called before Connect")
-	}
+// dead-lettered after <P>MAX_ATTEMPTS (or at once when permanent), each dead
+// letter recorded in dead_letter before its copy goes to the dead-letter queue
+// (package dlq; docs/architecture.md rule 3). The consumer pauses while the
+// database does not answer. It also registers the dead-letter metrics on reg. run
+// then consumes.
+func (d *deps) consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) error {
+	p, conn := d.pool.Load(), d.broker.Load()
 	sub, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
-		Queue:       d.queue.Name,
-		Name:        d.svc.Name,
-		Workers:     d.cfg.Workers,
-		Prefetch:    d.cfg.Prefetch,
-		MaxAttempts: d.cfg.MaxAttempts,
-		RetryDelays: d.cfg.RetryDelays,
-		RetryConn:   retryConn,
-		Probe:       p.Ping,
-		// Dead letters are recorded, then copied with why (package dlq).
+		Queue:           d.queue.Name,
+		Name:            d.svc.Name,
+		Workers:         d.cfg.Workers,
+		Prefetch:        d.cfg.Prefetch,
+		MaxAttempts:     d.cfg.MaxAttempts,
+		RetryDelays:     d.cfg.RetryDelays,
+		RetryConn:       d.retry.Load(),
+		Probe:           p.Ping,
 		DeadLetterQueue: d.queue.DeadLetterQueue,
 		OnDeadLetter:    dlq.Recorder(p, d.svc.Name),
 	}, ib.HandleDelivery, logger, reg)
@@ -124,23 +217,19 @@ func (d *Deps) Consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Regi
 	return nil
 }
 
-// Run consumes the queue after Consume until ctx ends (amqp.Consumer.Run): it
+// run consumes the queue after consume until ctx ends (amqp.Consumer.Run): it
 // returns nil then, and the consumer's error, wrapped, when it stops for good.
-func (d *Deps) Run(ctx context.Context) error {
-	sub := d.consumer.Load()
-	if sub == nil {
-		return errors.New("consumer: Run called before Consume")
-	}
-	if err := sub.Run(ctx); err != nil {
+func (d *deps) run(ctx context.Context) error {
+	if err := d.consumer.Load().Run(ctx); err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
 	return nil
 }
 
-// Close closes the broker connections that were opened, both at once, so
-// that they are done within one amqp.DefaultCloseTimeout whatever the
-// broker does, then the pool.
-func (d *Deps) Close() {
+// close closes the broker connections that were opened, both at once, so that
+// they are done within one amqp.DefaultCloseTimeout whatever the broker does, then
+// the pool.
+func (d *deps) close() {
 	_ = amqp.CloseAll(d.retry.Load(), d.broker.Load())
 	pg.Close(d.pool.Load())
 }

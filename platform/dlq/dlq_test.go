@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,27 +18,18 @@ import (
 
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/cli"
+	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
 )
 
 const testKey = "test.thing.happened.v1"
 
-// migrations are the inbox's processed_event and the dead_letter table.
-func migrations(t testing.TB) fs.FS {
-	t.Helper()
-	fsys := fstest.MapFS{}
-	for name, path := range map[string]string{
-		"00001_processed_event.sql":             "../inbox/testdata/migrations/00001_processed_event.sql",
-		"00003_dead_letter.sql":                 "testdata/00003_dead_letter.sql",
-		"00010_processed_event_message_key.sql": "../inbox/testdata/migrations/00010_processed_event_message_key.sql",
-	} {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fsys[name] = &fstest.MapFile{Data: b}
-	}
-	return fsys
+// testSchema is the inbox's processed_event and the dead_letter table, from their
+// packages' own migrations, with the roles of this package's tests.
+var testSchema = migrate.Schema{
+	inbox.Migrations(inbox.Roles{App: "test_app", Maintenance: "test_maintenance"}),
+	Migrations(Roles{App: "test_app", Maintenance: "test_maintenance"}),
 }
 
 // fixture is a database and a private topology (one queue with its dead-letter queue)
@@ -56,7 +44,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	pool, dbURL := testkit.NewDatabase(t, migrations(t))
+	pool, dbURL := testkit.NewDatabase(t, testSchema)
 	s := testkit.UniqueName(t, "dlq")
 	q := s + ".q"
 	topo := amqp.Topology{

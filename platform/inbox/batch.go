@@ -3,7 +3,6 @@ package inbox
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"example.com/shop/contracts"
 	"example.com/shop/platform/pg"
 )
 
@@ -48,7 +46,7 @@ func WithTimeout(d time.Duration) Option {
 // the same transaction, and Process returns only after that transaction committed.
 // Within a group, keys are inserted in key order (so groups never deadlock on each
 // other's keys), then the Handlers of each new event run in the group's order, and
-// each GroupHandler once, with the new events of its name (RegisterGroup). When one
+// each GroupHandler once, with the new events of its name (OnGroup). When one
 // event fails (a Handler's error, a GroupHandler's EventFailed, or a GroupHandler's
 // error for a single event), the group is rolled back: that event gets the error
 // (and is retried by the runtime), the others are committed again as a group
@@ -84,15 +82,14 @@ type batcher struct {
 }
 
 type request struct {
-	span     trace.Span // the event's inbox span, parent of its handlers' spans
-	env      contracts.Envelope
-	msg      Message
-	handlers route
-	done     chan struct{} // closed when dup and err are set
-	lead     chan struct{} // receives the lead (buffered 1)
-	led      bool          // the lead was given to it; guarded by batcher.mu
-	dup      bool
-	err      error
+	span  trace.Span // the event's inbox span, parent of its handlers' spans
+	event *event
+	route *route
+	done  chan struct{} // closed when dup and err are set
+	lead  chan struct{} // receives the lead (buffered 1)
+	led   bool          // the lead was given to it; guarded by batcher.mu
+	dup   bool
+	err   error
 }
 
 func (r *request) finish(dup bool, err error) {
@@ -109,8 +106,8 @@ func (r *request) finished() bool {
 	}
 }
 
-func (b *batcher) submit(ctx context.Context, env contracts.Envelope, m Message, handlers route) (bool, error) {
-	r := &request{span: trace.SpanFromContext(ctx), env: env, msg: m, handlers: handlers, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+func (b *batcher) submit(ctx context.Context, e *event, rt *route) (bool, error) {
+	r := &request{span: trace.SpanFromContext(ctx), event: e, route: rt, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	lead := b.leaders < b.maxTx
@@ -184,17 +181,16 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 	c := i.consumer
 	if len(group) == 1 {
 		r := group[0]
-		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.env, r.msg, r.handlers))
+		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.event, r.route))
 		return
 	}
 	// One key and content hash per distinct key, in key order: the first copy's.
 	sums := make(map[string][]byte, len(group))
 	keys := make([]string, 0, len(group))
 	for _, r := range group {
-		if _, ok := sums[r.msg.Key]; !ok {
-			s := sha256.Sum256(r.msg.Content)
-			sums[r.msg.Key] = s[:]
-			keys = append(keys, r.msg.Key)
+		if _, ok := sums[r.event.key]; !ok {
+			sums[r.event.key] = r.event.sum
+			keys = append(keys, r.event.key)
 		}
 	}
 	slices.Sort(keys)
@@ -225,32 +221,32 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		}
 		var sets []*groupSet // the new events of each GroupHandler, in order of first appearance
 		for n, r := range group {
-			sum := sha256.Sum256(r.msg.Content)
-			if !fresh[r.msg.Key] {
+			e := r.event
+			if !fresh[e.key] {
 				// A key stored before, or by an earlier copy in this group.
-				prev, ok := stored[r.msg.Key]
+				prev, ok := stored[e.key]
 				if !ok {
-					prev = sums[r.msg.Key]
+					prev = sums[e.key]
 				}
-				if prev != nil && !bytes.Equal(prev, sum[:]) {
-					outcome[n] = c.conflict(ctx, r.msg.Key, prev, sum[:])
+				if prev != nil && !bytes.Equal(prev, e.sum) {
+					outcome[n] = c.conflict(ctx, e.key, prev, e.sum)
 				} else {
 					outcome[n] = errDup
 				}
 				continue
 			}
-			delete(fresh, r.msg.Key) // a later copy in this group is a duplicate
-			if r.handlers.group != nil {
-				sets = addToSet(sets, r.env.EventName, r.handlers.group, n, r)
+			delete(fresh, e.key) // a later copy in this group is a duplicate
+			if r.route.group != nil {
+				sets = addToSet(sets, n, r)
 				continue
 			}
-			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers.handlers); err != nil {
+			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, e, r.route); err != nil {
 				failed, failedErr = n, err
 				return err
 			}
 		}
 		for _, set := range sets {
-			err := i.runGroup(ctx, tx, set.envs, set.spans, set.h)
+			err := i.runGroup(ctx, tx, set.events, set.spans, set.route)
 			var ef *eventFailure
 			switch {
 			case err == nil:
@@ -267,7 +263,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 			}
 			for _, n := range set.members {
 				r := group[n]
-				if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.env, r.handlers.handlers); err != nil {
+				if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.event, r.route); err != nil {
 					failed, failedErr = n, err
 					return err
 				}
@@ -278,7 +274,7 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 	timer.ObserveDuration()
 	if err == nil {
 		for n, r := range group {
-			r.finish(i.record(r.msg.Key, outcome[n]))
+			r.finish(i.record(r.event.key, outcome[n]))
 		}
 		return
 	}
@@ -286,39 +282,38 @@ func (b *batcher) commit(ctx context.Context, group []*request) {
 		// One member failed: it gets its error, the others are committed again
 		// without it (a smaller group, which may fail again and shrink once more).
 		r := group[failed]
-		r.finish(i.record(r.msg.Key, failedErr))
+		r.finish(i.record(r.event.key, failedErr))
 		b.commit(ctx, slices.Delete(slices.Clone(group), failed, failed+1))
 		return
 	}
 	for _, r := range group {
-		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.env, r.msg, r.handlers))
+		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.event, r.route))
 	}
 }
 
 // groupSet is the new events of one GroupHandler in a group.
 type groupSet struct {
-	name    string
-	h       GroupHandler
+	route   *route
 	members []int // indexes in the group
-	envs    []contracts.Envelope
+	events  []*event
 	spans   []trace.Span
 }
 
-// addToSet adds member n, request r, to the set of its event name.
-func addToSet(sets []*groupSet, name string, h GroupHandler, n int, r *request) []*groupSet {
+// addToSet adds member n, request r, to the set of its route.
+func addToSet(sets []*groupSet, n int, r *request) []*groupSet {
 	var set *groupSet
 	for _, s := range sets {
-		if s.name == name {
+		if s.route == r.route {
 			set = s
 			break
 		}
 	}
 	if set == nil {
-		set = &groupSet{name: name, h: h}
+		set = &groupSet{route: r.route}
 		sets = append(sets, set)
 	}
 	set.members = append(set.members, n)
-	set.envs = append(set.envs, r.env)
+	set.events = append(set.events, r.event)
 	set.spans = append(set.spans, r.span)
 	return sets
 }

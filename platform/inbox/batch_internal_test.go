@@ -2,10 +2,8 @@ package inbox
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,29 +15,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
 )
 
-//go:embed testdata/migrations/*.sql
-var internalMigrations embed.FS
+// testRoles are the roles the inbox's grants name in this package's tests.
+var testRoles = Roles{App: "test_app", Maintenance: "test_maintenance"}
 
 // One group holding new events, copies within the group, copies of keys stored
 // before (with and without a hash) and changed copies of each: every member gets
 // the outcome Handle would give it alone.
 func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(internalMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, migrate.Schema{Migrations(testRoles)})
 	ctx := testkit.Context(t)
 	ib := New(pool, "c", nil, nil, nil, WithGroupCommit(16, 1))
 	applied := map[string]int{}
-	handlers := []Handler{func(_ context.Context, _ pgx.Tx, env contracts.Envelope) error {
-		applied[env.EventID.String()]++
+	On(ib, contracts.EventOrderPlaced, func(_ context.Context, _ pgx.Tx, m Meta, _ contracts.OrderPlaced) error {
+		applied[m.EventID.String()]++
 		return nil
-	}}
+	})
 	envelope := func() contracts.Envelope {
 		env, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, "corr", contracts.OrderPlaced{
 			OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
@@ -55,7 +50,7 @@ func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 		return env
 	}
 	fresh, stored, unhashed := envelope(), envelope(), envelope()
-	if _, err := ib.processOne(ctx, stored, mustMessage(t, stored), route{handlers: handlers}); err != nil {
+	if _, err := ib.processOne(ctx, mustEvent(t, ib, stored), ib.routeFor(stored.EventName)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key) VALUES ('c', $1)`, unhashed.EventID.String()); err != nil {
@@ -80,7 +75,7 @@ func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 	}
 	group := make([]*request, len(members))
 	for n, m := range members {
-		group[n] = &request{env: m.env, msg: mustMessage(t, m.env), handlers: route{handlers: handlers}, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+		group[n] = &request{event: mustEvent(t, ib, m.env), route: ib.routeFor(m.env.EventName), done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	}
 	ib.batch.commit(ctx, group)
 	for n, r := range group {
@@ -95,13 +90,14 @@ func TestGroupCommitDecidesDuplicatesAndConflicts(t *testing.T) {
 	}
 }
 
-func mustMessage(t *testing.T, env contracts.Envelope) Message {
+// mustEvent returns the event ib makes of env.
+func mustEvent(t *testing.T, ib *Inbox, env contracts.Envelope) *event {
 	t.Helper()
-	m, err := message(env)
+	e, _, err := ib.decode(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return e
 }
 
 // groupSystem is an Inbox with group commit whose placed events have a
@@ -113,32 +109,28 @@ type groupSystem struct {
 	ib    *Inbox
 	mu    sync.Mutex
 	calls [][]uuid.UUID // the event ids of each call of the handler
-	hook  func(tx pgx.Tx, envs []contracts.Envelope) error
+	hook  func(tx pgx.Tx, ids []uuid.UUID) error
 }
 
 func newGroupSystem(t *testing.T) *groupSystem {
 	t.Helper()
-	migrations, err := fs.Sub(internalMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, migrate.Schema{Migrations(testRoles)})
 	s := &groupSystem{t: t, ctx: testkit.Context(t), pool: pool}
 	if _, err := pool.Exec(s.ctx, `CREATE TABLE group_effect (event_id uuid NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	s.ib = New(pool, "c", nil, nil, nil, WithGroupCommit(16, 1))
-	s.ib.RegisterGroup(contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error {
-		ids := make([]uuid.UUID, len(envs))
-		for n, env := range envs {
-			ids[n] = env.EventID
+	OnGroup(s.ib, contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, events []Event[contracts.OrderPlaced]) error {
+		ids := make([]uuid.UUID, len(events))
+		for n, e := range events {
+			ids[n] = e.EventID
 		}
 		s.mu.Lock()
 		s.calls = append(s.calls, ids)
 		hook := s.hook
 		s.mu.Unlock()
 		if hook != nil {
-			if err := hook(tx, envs); err != nil {
+			if err := hook(tx, ids); err != nil {
 				return err
 			}
 		}
@@ -165,7 +157,7 @@ func (s *groupSystem) commit(envs ...contracts.Envelope) []*request {
 	s.t.Helper()
 	group := make([]*request, len(envs))
 	for n, env := range envs {
-		group[n] = &request{env: env, msg: mustMessage(s.t, env), handlers: s.ib.routeFor(env.EventName),
+		group[n] = &request{event: mustEvent(s.t, s.ib, env), route: s.ib.routeFor(env.EventName),
 			done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	}
 	s.ib.batch.commit(s.ctx, group)
@@ -195,9 +187,9 @@ func TestGroupHandlerFailsOnePoisonEventAlone(t *testing.T) {
 	envs := []contracts.Envelope{s.envelope(), s.envelope(), s.envelope(), s.envelope()}
 	poison := envs[2].EventID
 	errPoison := fmt.Errorf("payload: %w", ErrPermanent)
-	s.hook = func(_ pgx.Tx, group []contracts.Envelope) error {
-		for n, env := range group {
-			if env.EventID == poison {
+	s.hook = func(_ pgx.Tx, group []uuid.UUID) error {
+		for n, id := range group {
+			if id == poison {
 				return EventFailed(n, errPoison)
 			}
 		}
@@ -230,9 +222,9 @@ func TestGroupHandlerErrorIsAttributedByProcessingAlone(t *testing.T) {
 	envs := []contracts.Envelope{s.envelope(), s.envelope(), s.envelope()}
 	bad := envs[1].EventID
 	errBad := errors.New("check constraint violated")
-	s.hook = func(_ pgx.Tx, group []contracts.Envelope) error {
-		for _, env := range group {
-			if env.EventID == bad {
+	s.hook = func(_ pgx.Tx, group []uuid.UUID) error {
+		for _, id := range group {
+			if id == bad {
 				return errBad
 			}
 		}
@@ -288,11 +280,11 @@ func TestGroupLosingItsConnectionIsProcessedAgainAlone(t *testing.T) {
 	t.Parallel()
 	s := newGroupSystem(t)
 	var killed atomic.Bool
-	s.hook = func(tx pgx.Tx, group []contracts.Envelope) error {
+	s.hook = func(tx pgx.Tx, group []uuid.UUID) error {
 		if len(group) < 2 || !killed.CompareAndSwap(false, true) {
 			return nil
 		}
-		if _, err := tx.Exec(s.ctx, `INSERT INTO group_effect VALUES ($1)`, group[0].EventID); err != nil {
+		if _, err := tx.Exec(s.ctx, `INSERT INTO group_effect VALUES ($1)`, group[0]); err != nil {
 			return err
 		}
 		_, err := tx.Exec(s.ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)

@@ -14,23 +14,32 @@ import (
 	"example.com/shop/platform/logging"
 )
 
+// ErrPermanent marks an error that no retry can fix: a handler wraps it,
+// fmt.Errorf("%w: %w", inbox.ErrPermanent, err), and the consumer runtime
+// dead-letters the event at once (docs/architecture.md, rule 3); Permanent reports
+// it. It is amqp.ErrPermanent, the one sentinel the runtime checks, under the
+// inbox's name, so that a handler never needs the broker package.
+var ErrPermanent = amqp.ErrPermanent
+
 // HandleDelivery is an amqp.HandlerFunc that decodes d.Body as an event envelope,
-// validates it against the contract (contracts.Validator.Decode) and runs Process.
+// validates it against the contract (contracts.Validator.Decode) and runs Process,
+// which decodes the payload for the event's handlers: the body is parsed once.
 //
 // It returns nil when the event was processed or was a duplicate, so the runtime acks
 // it (docs/architecture.md, rule 3: commit, then ack). An error that can never succeed
-// is returned wrapping amqp.ErrPermanent, so the delivery goes to the dead-letter queue
-// at once: a content_type that is set and is not application/json, a body that does not
-// decode or fails its schema (which includes an event_id that is not a UUID v7), a
-// message_id that is set and differs from the envelope's event_id, or an event with no
-// registered Handler, all without any database write; and an event_id processed before
-// with another content (a *ConflictError), without any effect. A database that is
-// unreachable, shutting down or refusing work (see unavailable) is not the event's
-// fault, and neither is one that does not answer within the Inbox's timeout
-// (WithTimeout, default DefaultTimeout): the error then wraps amqp.ErrUnavailable
-// and the runtime pauses without counting an attempt. Any other error (a handler's) is returned wrapped as it is
-// and the runtime retries the delivery. A handler marks an error that no retry can
-// fix with ErrPermanent; it never needs the broker package.
+// wraps ErrPermanent, so the delivery is dead-lettered at once: a content_type that
+// is set and is not application/json, a body that does not decode or fails its
+// schema (which includes an event_id that is not a UUID v7), a message_id that is
+// set and differs from the envelope's event_id, an event with no registered
+// handler, or a payload that does not decode into its handlers' type, all without
+// any database write; an event_id processed before with another content (a
+// *ConflictError), without any effect; and a handler's error that wraps
+// ErrPermanent. A database that is unreachable, shutting down or refusing work (see
+// unavailable) is not the event's fault, and neither is one that does not answer
+// within the Inbox's timeout (WithTimeout, default DefaultTimeout): the error then
+// wraps amqp.ErrUnavailable and the runtime pauses without counting an attempt. Any
+// other error (a handler's) is returned wrapped as it is and the runtime retries
+// the delivery.
 //
 // HandleDelivery logs no failure: the runtime logs each one once, with what it did
 // about it, and the error of a decoded event carries its event_id, event_name and
@@ -38,17 +47,17 @@ import (
 func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 	if err := checkProperties(d); err != nil {
 		i.consumer.metrics.invalid.Inc()
-		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, amqp.ErrPermanent, err)
+		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, ErrPermanent, err)
 	}
 	env, err := i.validator.Decode(d.Body)
 	if err != nil {
 		i.consumer.metrics.invalid.Inc()
-		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, amqp.ErrPermanent, err)
+		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, ErrPermanent, err)
 	}
 	if id, perr := uuid.Parse(d.MessageID); d.MessageID != "" && (perr != nil || id != env.EventID) {
 		i.consumer.metrics.invalid.Inc()
 		err := fmt.Errorf("message_id %q differs from the envelope's event_id %s", d.MessageID, env.EventID)
-		return fmt.Errorf("inbox %s: %w: %w", i.consumer.name, amqp.ErrPermanent, err)
+		return fmt.Errorf("inbox %s: %w: %w", i.consumer.name, ErrPermanent, err)
 	}
 	dbCtx, cancel := context.WithTimeout(ctx, i.timeout)
 	duplicate, err := i.Process(dbCtx, env)
@@ -56,22 +65,30 @@ func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 	switch {
 	case errors.Is(err, ErrConflict):
 		// Counted by the Consumer, logged once by the consumer runtime.
-		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrPermanent, err)}
+		return &eventError{env: env, err: permanent(err)}
 	case Permanent(err):
 		i.consumer.metrics.invalid.Inc()
-		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrPermanent, err)}
+		return &eventError{env: env, err: permanent(err)}
 	case err != nil && unavailable(err):
 		return &eventError{env: env, err: fmt.Errorf("%w: %w", amqp.ErrUnavailable, err)}
 	case err != nil:
 		return &eventError{env: env, err: err}
 	case duplicate:
-		i.eventLogger(env).LogAttrs(ctx, slog.LevelInfo, "duplicate event skipped",
+		i.eventLogger(metaOf(env)).LogAttrs(ctx, slog.LevelInfo, "duplicate event skipped",
 			slog.String("event_name", env.EventName), slog.Int("attempt", d.Attempt), slog.Bool("redelivered", d.Redelivered))
 	case i.logger.Enabled(ctx, slog.LevelDebug):
 		// Checked first: the event's logger costs allocations on every delivery.
-		i.eventLogger(env).LogAttrs(ctx, slog.LevelDebug, "event processed", slog.String("event_name", env.EventName))
+		i.eventLogger(metaOf(env)).LogAttrs(ctx, slog.LevelDebug, "event processed", slog.String("event_name", env.EventName))
 	}
 	return nil
+}
+
+// permanent returns err, a Permanent one, wrapping ErrPermanent for the runtime.
+func permanent(err error) error {
+	if errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
 }
 
 // eventError is a failure of one decoded event: its error, with the event's

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +20,11 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-// newDeliveryDB returns a database with the inbox's test migrations and a
+// newDeliveryDB returns a database with the inbox's migrations and a
 // contract validator.
 func newDeliveryDB(t *testing.T) (*pgxpool.Pool, *contracts.Validator) {
 	t.Helper()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := testkit.NewDatabase(t, migrations)
+	pool, _ := testkit.NewDatabase(t, testSchema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +67,8 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 	ctx := testkit.Context(t)
 	boom := errors.New("boom")
 	ib := inbox.New(pool, "c", v, nil, nil)
-	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
-	ib.Register(contracts.EventOrderCancelled, func(context.Context, pgx.Tx, contracts.Envelope) error { return boom })
+	inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error { return nil })
+	inbox.On(ib, contracts.EventOrderCancelled, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderCancelled) error { return boom })
 
 	permanent := map[string][]byte{
 		"not json":        []byte("{not json"),
@@ -118,7 +113,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 	}
 	defer down.Close()
 	unreachable := inbox.New(down, "c", v, nil, nil)
-	unreachable.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
+	inbox.On(unreachable, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error { return nil })
 	if err := unreachable.HandleDelivery(ctx, amqp.Delivery{Body: good}); !errors.Is(err, amqp.ErrUnavailable) || errors.Is(err, amqp.ErrPermanent) {
 		t.Errorf("database down: err = %v, want amqp.ErrUnavailable", err)
 	}
@@ -155,10 +150,10 @@ func TestHandleDeliveryLeavesTheLogToTheRuntime(t *testing.T) {
 	ctx := testkit.Context(t)
 	logger, logs := testkit.Logger(t)
 	ib := inbox.New(pool, "c", v, logger, nil)
-	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error {
+	inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error {
 		return fmt.Errorf("decode: %w", inbox.ErrPermanent)
 	})
-	ib.Register(contracts.EventOrderCancelled, func(context.Context, pgx.Tx, contracts.Envelope) error { return errors.New("boom") })
+	inbox.On(ib, contracts.EventOrderCancelled, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderCancelled) error { return errors.New("boom") })
 	for _, tt := range []struct {
 		name      string
 		permanent bool
@@ -199,7 +194,7 @@ func TestHandleDeliveryGivesUpOnADatabaseThatDoesNotAnswer(t *testing.T) {
 	pool, v := newDeliveryDB(t)
 	ctx := testkit.Context(t)
 	ib := inbox.New(pool, "c", v, nil, nil, inbox.WithTimeout(300*time.Millisecond))
-	ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return nil })
+	inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error { return nil })
 
 	lock, err := pool.Begin(ctx)
 	if err != nil {

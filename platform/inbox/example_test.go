@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"testing"
@@ -22,7 +21,7 @@ import (
 )
 
 // db is the database of the examples, on the test server (TEST_DATABASE_URL or the
-// local default), migrated with testdata/migrations plus the wallet and receipt
+// local default), migrated with the inbox's migrations plus the wallet and receipt
 // tables of the examples; TestMain creates it and drops it.
 var db *pgxpool.Pool
 
@@ -50,10 +49,7 @@ func runWithExampleDatabase(m *testing.M) int {
 	_, _ = rand.Read(suffix)
 	name := "inbox_examples_" + hex.EncodeToString(suffix)
 	u.Path = "/" + name
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err == nil {
-		_, err = migrate.Up(ctx, u.String(), migrations) // creates the database
-	}
+	_, err = migrate.Up(ctx, u.String(), testSchema) // creates the database
 	if err == nil {
 		db, err = pg.NewPool(ctx, u.String())
 	}

@@ -57,8 +57,6 @@ var (
 	// different message reusing a key, not a duplicate. Nothing was written; the
 	// error is a *ConflictError.
 	ErrConflict = errors.New("message key already used with another content")
-	// ErrPermanent marks an error that no retry can fix; Permanent reports it.
-	ErrPermanent = errors.New("permanent failure")
 )
 
 // Permanent reports whether err means the message can never be processed, so a
@@ -220,15 +218,20 @@ const storeResult = `UPDATE processed_event SET result = $3 WHERE consumer = $1 
 // error rolls back the key with fn's writes: in a transaction of its own, or back
 // to the savepoint in a joined one, which stays usable.
 func (c *Consumer) Handle(ctx context.Context, db DB, m Message, fn Func) (Outcome, error) {
-	key, err := msgkey.Normalize(m.Key)
-	if err != nil {
-		c.metrics.invalid.Inc()
-		return Outcome{}, fmt.Errorf("inbox %s: %w", c.name, err)
-	}
 	var sum []byte
 	if m.Content != nil {
 		s := sha256.Sum256(m.Content)
 		sum = s[:]
+	}
+	return c.handle(ctx, db, m.Key, sum, fn)
+}
+
+// handle is Handle of the key with content hash sum (nil: no content check).
+func (c *Consumer) handle(ctx context.Context, db DB, key string, sum []byte, fn Func) (Outcome, error) {
+	key, err := msgkey.Normalize(key)
+	if err != nil {
+		c.metrics.invalid.Inc()
+		return Outcome{}, fmt.Errorf("inbox %s: %w", c.name, err)
 	}
 	var out Outcome
 	timer := prometheus.NewTimer(c.metrics.duration)

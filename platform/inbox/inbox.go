@@ -7,29 +7,24 @@
 // HTTP handler: one call, one transaction, with the modes Skip, Fail and
 // ReturnStored and a content check. Package msgkey reads keys from CloudEvents, AMQP
 // and HTTP messages. Inbox builds on it for this project's event envelopes: it
-// decodes AMQP deliveries, runs the handlers registered per event name and can
+// decodes each AMQP delivery once, hands its payload, decoded into the type of the
+// handlers registered for its event name (On, OnGroup), to those handlers, and can
 // group commits.
 //
-// The table is owned by each service's migrations:
+// The table ships with the package (migrations/00001_processed_event.sql): a service
+// lists Migrations in the schema its migrate applies.
 //
-//	CREATE TABLE processed_event (
-//	    consumer       text        NOT NULL,
-//	    message_key    text        NOT NULL,  -- at most 255 bytes (msgkey.MaxLen)
-//	    payload_sha256 bytea,                 -- NULL: content unknown, never a conflict
-//	    result         jsonb,                 -- mode ReturnStored
-//	    processed_at   timestamptz NOT NULL DEFAULT now(),
-//	    PRIMARY KEY (consumer, message_key)
-//	);
-//	CREATE INDEX processed_event_processed_at_idx ON processed_event (processed_at);
-//
-// Package inboxtest holds the test suite a service runs against its own migrations.
+// Package inboxtest holds the test suite a service runs against its schema.
 package inbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -45,15 +40,33 @@ import (
 	platformmetrics "example.com/shop/platform/metrics"
 )
 
+// Meta is what an event's envelope says besides its payload.
+type Meta struct {
+	EventID       uuid.UUID
+	EventName     string
+	OccurredAt    time.Time // UTC
+	Producer      string
+	CorrelationID string
+}
+
+// Event is one event as a GroupHandler receives it: its envelope's Meta and its
+// payload decoded into T.
+type Event[T any] struct {
+	Meta
+	Payload T
+}
+
 // Handler applies the effect of one event inside tx, the transaction that also holds
-// the event's processed_event key. It must do all its work through tx and must not
-// commit or roll it back; an error rolls back the effect together with the key, so the
-// event is processed again on its next delivery. Handlers must not call the network
-// (a broker, another service) inside tx.
-type Handler func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error
+// the event's processed_event key; payload is the envelope's payload decoded into T
+// by the inbox, once, before the transaction. It must do all its work through tx and
+// must not commit or roll it back; an error rolls back the effect together with the
+// key, so the event is processed again on its next delivery (wrap ErrPermanent when
+// no retry can fix it). Handlers must not call the network (a broker, another
+// service) inside tx.
+type Handler[T any] func(ctx context.Context, tx pgx.Tx, meta Meta, payload T) error
 
 // GroupHandler applies the effects of one or more new events of one event name in
-// tx, the transaction that also holds their processed_event keys: envs are in the
+// tx, the transaction that also holds their processed_event keys: events are in the
 // order their deliveries reached the group, and none of them is a duplicate. It
 // lets a handler write the effects of many events in a few set-based statements
 // (one multi-row statement instead of one per event) where a Handler makes a round
@@ -63,18 +76,18 @@ type Handler func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error
 // Its error decides what happens to the events (docs/architecture.md, rule 3):
 //
 //   - nil: every event's effect is written; they commit with their keys.
-//   - an error made by EventFailed(n, err): event envs[n] alone fails with err
+//   - an error made by EventFailed(n, err): event events[n] alone fails with err
 //     (retried, or dead-lettered when err is permanent); the transaction is rolled
 //     back and the other events are committed again without it.
-//   - any other error: when envs holds one event, that event fails with it; when it
-//     holds several, the transaction is rolled back and each event is processed
+//   - any other error: when events holds one event, that event fails with it; when
+//     it holds several, the transaction is rolled back and each event is processed
 //     again alone (a call with one event), so the error is attributed to the event
 //     that causes it.
 //
 // A call with one event is also how an Inbox without group commit runs it.
-type GroupHandler func(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error
+type GroupHandler[T any] func(ctx context.Context, tx pgx.Tx, events []Event[T]) error
 
-// EventFailed returns the error a GroupHandler returns to fail envs[n] alone with
+// EventFailed returns the error a GroupHandler returns to fail events[n] alone with
 // err: for example a payload that can never be applied (wrap ErrPermanent in err).
 func EventFailed(n int, err error) error {
 	return &eventFailure{index: n, err: err}
@@ -97,17 +110,18 @@ func (e *eventFailure) Unwrap() error { return e.err }
 var (
 	// ErrNoEventID means the envelope's event_id is the nil UUID.
 	ErrNoEventID = errors.New("event has no event_id")
-	// ErrNoHandler means no Handler is registered for the envelope's event_name.
+	// ErrNoHandler means no handler is registered for the envelope's event_name.
 	ErrNoHandler = errors.New("no handler registered for the event")
 )
 
 // Inbox runs the handlers of one consumer exactly once per event. Its key is the
 // envelope's event_id in canonical lower-case text (msgkey.EventID), its content the
-// envelope re-encoded as compact JSON, so a copy of the event with the same event_id
-// and another content is a conflict (dead-lettered), never applied. Register every
-// Handler before the first call to Process or HandleDelivery; after that an Inbox is
-// safe for concurrent use, and concurrent calls for the same event serialise on the
-// processed_event primary key.
+// envelope as contracts.Envelope encodes it (compact JSON, fields in the contract's
+// order), so a copy of the event with the same event_id and another content is a
+// conflict (dead-lettered), never applied, whatever whitespace or key order the copy
+// was sent with. Register every handler (On, OnGroup) before the first call to
+// Process or HandleDelivery; after that an Inbox is safe for concurrent use, and
+// concurrent calls for the same event serialise on the processed_event primary key.
 type Inbox struct {
 	pool      *pgxpool.Pool
 	consumer  *Consumer
@@ -119,17 +133,26 @@ type Inbox struct {
 	timeout   time.Duration // bounds the database work of one delivery
 
 	mu     sync.RWMutex
-	routes map[string]route
+	routes map[string]*route
 }
 
-// route is what runs for one event name: its GroupHandler if any, then its
-// Handlers in order.
+// event is one event inside the Inbox: decoded once, hashed once.
+type event struct {
+	meta    Meta
+	payload any    // the route's payload type
+	key     string // the event_id as text
+	sum     []byte // SHA-256 of the content
+}
+
+// route is what runs for one event name: the decoding of its payload, its
+// GroupHandler if any, then its Handlers in order. Every handler of one name takes
+// the same payload type, so the payload is decoded once for all of them.
 type route struct {
-	handlers []Handler
-	group    GroupHandler
+	payloadType reflect.Type
+	decode      func(payload []byte) (any, error)
+	handlers    []func(ctx context.Context, tx pgx.Tx, e *event) error
+	group       func(ctx context.Context, tx pgx.Tx, events []*event) error
 }
-
-func (r route) empty() bool { return len(r.handlers) == 0 && r.group == nil }
 
 // New returns an Inbox that records keys as consumer (for example "stock") in mode
 // Skip in the processed_event table of pool's database, decodes deliveries with v,
@@ -144,11 +167,13 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 		logger = slog.New(slog.DiscardHandler)
 	}
 	i := &Inbox{
-		pool:      pool,
-		consumer:  NewConsumer(Config{Name: consumer, Logger: logger, Registerer: reg}),
+		pool: pool,
+		// Its logger discards: a conflict is logged once, by the consumer
+		// runtime that dead-letters it.
+		consumer:  &Consumer{name: consumer, logger: slog.New(slog.DiscardHandler), metrics: newMetrics(reg, consumer, logger)},
 		validator: v,
 		logger:    logger.With("consumer", consumer),
-		routes:    make(map[string]route),
+		routes:    make(map[string]*route),
 		tracer:    defaultTracer(),
 		spanName:  "inbox " + consumer,
 		timeout:   DefaultTimeout,
@@ -162,118 +187,175 @@ func New(pool *pgxpool.Pool, consumer string, v *contracts.Validator, logger *sl
 // Consumer returns the consumer name the Inbox records its keys under.
 func (i *Inbox) Consumer() string { return i.consumer.name }
 
-// Register adds h to the handlers of eventName. Handlers of one event run in the order
-// they were registered, all in one transaction, after the event's GroupHandler if it
-// has one. Register panics on a nil h, a programming error.
-func (i *Inbox) Register(eventName string, h Handler) {
+// On adds h to the handlers of eventName on ib: the inbox decodes the payload of
+// each such event into T (encoding/json) once, before its transaction, and a
+// payload that does not decode is a permanent failure (dead-lettered at once,
+// nothing written). Handlers of one event run in the order they were registered,
+// all in one transaction, after the event's GroupHandler if it has one. On panics
+// on a nil h or a T other than the one eventName's handlers already take,
+// programming errors.
+func On[T any](ib *Inbox, eventName string, h Handler[T]) {
 	if h == nil {
-		panic("inbox: Register with a nil handler for " + eventName)
+		panic("inbox: On with a nil handler for " + eventName)
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	r := i.routes[eventName]
-	r.handlers = append(r.handlers, h)
-	i.routes[eventName] = r
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	r := routeOf[T](ib, eventName)
+	r.handlers = append(r.handlers, func(ctx context.Context, tx pgx.Tx, e *event) error {
+		return h(ctx, tx, e.meta, e.payload.(T))
+	})
 }
 
-// RegisterGroup makes h the first handler of eventName: with group commit
+// OnGroup makes h the first handler of eventName on ib: with group commit
 // (WithGroupCommit) the new events of that name in one group are given to one call
-// of h, otherwise each event to a call of its own; Handlers registered for the name
-// afterwards run after it, for each event. RegisterGroup panics on a nil h or a name
-// that has a handler already, programming errors.
-func (i *Inbox) RegisterGroup(eventName string, h GroupHandler) {
+// of h, otherwise each event to a call of its own; payloads are decoded as for On,
+// and Handlers registered for the name afterwards run after h, for each event.
+// OnGroup panics on a nil h or a name that has a handler already, programming
+// errors.
+func OnGroup[T any](ib *Inbox, eventName string, h GroupHandler[T]) {
 	if h == nil {
-		panic("inbox: RegisterGroup with a nil handler for " + eventName)
+		panic("inbox: OnGroup with a nil handler for " + eventName)
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if !i.routes[eventName].empty() {
-		panic("inbox: RegisterGroup for " + eventName + ", which has a handler already")
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ib.routes[eventName] != nil {
+		panic("inbox: OnGroup for " + eventName + ", which has a handler already")
 	}
-	i.routes[eventName] = route{group: h}
+	routeOf[T](ib, eventName).group = func(ctx context.Context, tx pgx.Tx, events []*event) error {
+		typed := make([]Event[T], len(events))
+		for n, e := range events {
+			typed[n] = Event[T]{Meta: e.meta, Payload: e.payload.(T)}
+		}
+		return h(ctx, tx, typed)
+	}
 }
 
-func (i *Inbox) routeFor(eventName string) route {
+// routeOf returns the route of eventName, made for payload type T if it has none.
+// ib.mu is held.
+func routeOf[T any](ib *Inbox, eventName string) *route {
+	typ := reflect.TypeFor[T]()
+	r := ib.routes[eventName]
+	if r == nil {
+		r = &route{payloadType: typ, decode: func(payload []byte) (any, error) {
+			var p T
+			err := json.Unmarshal(payload, &p)
+			return p, err
+		}}
+		ib.routes[eventName] = r
+	}
+	if r.payloadType != typ {
+		panic(fmt.Sprintf("inbox: a handler of %s takes %s, another %s", eventName, typ, r.payloadType))
+	}
+	return r
+}
+
+func (i *Inbox) routeFor(eventName string) *route {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
 	return i.routes[eventName]
 }
 
-// message is the inbox Message of env: its event_id as text, its compact JSON as
-// content.
-func message(env contracts.Envelope) (Message, error) {
+// content is the content of env the Inbox hashes: the envelope as
+// contracts.Envelope encodes it, one canonical form whatever bytes a copy of
+// the event travelled as (the relay sends PostgreSQL's jsonb text). Keys
+// stored since the content check exists hold the SHA-256 of this form.
+func content(env contracts.Envelope) ([]byte, error) {
 	// The bytes json.Marshal(env) gives, without its second pass: MarshalJSON's
 	// output is already compact and HTML-escaped.
-	content, err := env.MarshalJSON()
+	b, err := env.MarshalJSON()
 	if err != nil {
-		return Message{}, fmt.Errorf("encode envelope: %w", err)
+		return nil, fmt.Errorf("encode envelope: %w", err)
 	}
-	return Message{Key: env.EventID.String(), Content: content}, nil
+	return b, nil
 }
 
-// Process handles env once for this consumer (docs/architecture.md, rule 3) through
-// Consumer.Handle: in one READ COMMITTED transaction it inserts the key (consumer,
-// env.EventID) into processed_event; when the key already exists it commits nothing
-// else and returns duplicate = true without running any handler. Otherwise it runs
-// every Handler registered for env.EventName in the same transaction and commits.
+// Process handles env once for this consumer (docs/architecture.md, rule 3): it
+// decodes env's payload into the type of the handlers of env.EventName, then, in
+// one READ COMMITTED transaction, inserts the key (consumer, env.EventID) into
+// processed_event; when the key already exists it commits nothing else and returns
+// duplicate = true without running any handler. Otherwise it runs every handler
+// registered for env.EventName in the same transaction and commits (Consumer.Handle
+// states the content check).
 //
-// It returns ErrNoEventID or ErrNoHandler (wrapped) without touching the database when
-// env cannot be processed at all, a *ConflictError when the event_id was processed
-// with another content, and the handler's or the database's error (wrapped) when the
-// transaction rolled back; the key is then gone with the effect and a later delivery
-// processes env again.
+// It returns ErrNoEventID or ErrNoHandler (wrapped), or an error wrapping
+// ErrPermanent for a payload that does not decode, without touching the database;
+// a *ConflictError when the event_id was processed with another content; and the
+// handler's or the database's error (wrapped) when the transaction rolled back;
+// the key is then gone with the effect and a later delivery processes env again.
 //
 // The transaction runs in a span "inbox <consumer>", and each handler in a span
 // "handle <event name>" below it, children of the span in ctx (docs/architecture.md,
 // "Tracing").
 func (i *Inbox) Process(ctx context.Context, env contracts.Envelope) (duplicate bool, err error) {
-	if env.EventID == uuid.Nil {
-		return false, fmt.Errorf("inbox %s: %s: %w", i.consumer.name, env.EventName, ErrNoEventID)
-	}
-	handlers := i.routeFor(env.EventName)
-	if handlers.empty() {
-		return false, fmt.Errorf("inbox %s: event %s (%s): %w", i.consumer.name, env.EventID, env.EventName, ErrNoHandler)
-	}
-	m, err := message(env)
+	e, r, err := i.decode(env)
 	if err != nil {
-		return false, fmt.Errorf("inbox %s: event %s: %w", i.consumer.name, env.EventID, err)
+		return false, fmt.Errorf("inbox %s: %w", i.consumer.name, err)
 	}
-	ctx, span := i.startProcess(ctx, env)
+	ctx, span := i.startProcess(ctx, e)
 	defer func() { endSpan(span, duplicate, err) }()
 	if i.batch != nil {
-		return i.batch.submit(ctx, env, m, handlers)
+		return i.batch.submit(ctx, e, r)
 	}
-	return i.processOne(ctx, env, m, handlers)
+	return i.processOne(ctx, e, r)
 }
 
-// processOne handles env in a transaction of its own.
-func (i *Inbox) processOne(ctx context.Context, env contracts.Envelope, m Message, handlers route) (duplicate bool, err error) {
-	out, err := i.consumer.Handle(ctx, i.pool, m, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		if handlers.group != nil {
-			err := i.runGroup(ctx, tx, []contracts.Envelope{env}, []trace.Span{trace.SpanFromContext(ctx)}, handlers.group)
+// decode makes the event of env: its payload decoded for its route, its key and
+// its content hash.
+func (i *Inbox) decode(env contracts.Envelope) (*event, *route, error) {
+	if env.EventID == uuid.Nil {
+		return nil, nil, fmt.Errorf("%s: %w", env.EventName, ErrNoEventID)
+	}
+	r := i.routeFor(env.EventName)
+	if r == nil {
+		return nil, nil, fmt.Errorf("event %s (%s): %w", env.EventID, env.EventName, ErrNoHandler)
+	}
+	payload, err := r.decode(env.Payload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("event %s: decode %s payload: %w: %w", env.EventID, env.EventName, ErrPermanent, err)
+	}
+	c, err := content(env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("event %s: %w", env.EventID, err)
+	}
+	sum := sha256.Sum256(c)
+	return &event{meta: metaOf(env), payload: payload, key: env.EventID.String(), sum: sum[:]}, r, nil
+}
+
+// metaOf returns the Meta of env.
+func metaOf(env contracts.Envelope) Meta {
+	return Meta{EventID: env.EventID, EventName: env.EventName, OccurredAt: env.OccurredAt,
+		Producer: env.Producer, CorrelationID: env.CorrelationID}
+}
+
+// processOne handles e in a transaction of its own.
+func (i *Inbox) processOne(ctx context.Context, e *event, r *route) (duplicate bool, err error) {
+	out, err := i.consumer.handle(ctx, i.pool, e.key, e.sum, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		if r.group != nil {
+			err := i.runGroup(ctx, tx, []*event{e}, []trace.Span{trace.SpanFromContext(ctx)}, r)
 			if err != nil {
 				return nil, err
 			}
 		}
-		return nil, i.runHandlers(ctx, tx, env, handlers.handlers)
+		return nil, i.runHandlers(ctx, tx, e, r)
 	})
 	return out.Duplicate, err
 }
 
-// runGroup runs h over envs in tx, each event in a span "handle <event name>" that
-// covers the call, below the event's inbox span in parents. The error of an
-// EventFailed for the only event is returned as the plain error.
-func (i *Inbox) runGroup(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope, parents []trace.Span, h GroupHandler) error {
-	spans := make([]trace.Span, len(envs))
+// runGroup runs r's GroupHandler over events in tx, each event in a span "handle
+// <event name>" that covers the call, below the event's inbox span in parents. The
+// error of an EventFailed for the only event is returned as the plain error.
+func (i *Inbox) runGroup(ctx context.Context, tx pgx.Tx, events []*event, parents []trace.Span, r *route) error {
+	name := events[0].meta.EventName
+	spans := make([]trace.Span, len(events))
 	hctx := ctx
-	for n := range envs {
+	for n := range events {
 		var sctx context.Context
-		sctx, spans[n] = i.tracer.Start(trace.ContextWithSpan(ctx, parents[n]), "handle "+envs[n].EventName)
+		sctx, spans[n] = i.tracer.Start(trace.ContextWithSpan(ctx, parents[n]), "handle "+name)
 		if n == 0 {
 			hctx = sctx
 		}
 	}
-	err := h(hctx, tx, envs)
+	err := r.group(hctx, tx, events)
 	var ef *eventFailure
 	for n, span := range spans {
 		if err != nil && (!errors.As(err, &ef) || ef.index == n) {
@@ -285,28 +367,28 @@ func (i *Inbox) runGroup(ctx context.Context, tx pgx.Tx, envs []contracts.Envelo
 	if err == nil {
 		return nil
 	}
-	if errors.As(err, &ef) && (ef.index < 0 || ef.index >= len(envs)) {
-		return fmt.Errorf("handler of %s: EventFailed(%d) for a group of %d: %w", envs[0].EventName, ef.index, len(envs), ef.err)
+	if errors.As(err, &ef) && (ef.index < 0 || ef.index >= len(events)) {
+		return fmt.Errorf("handler of %s: EventFailed(%d) for a group of %d: %w", name, ef.index, len(events), ef.err)
 	}
-	if len(envs) == 1 && ef != nil {
+	if len(events) == 1 && ef != nil {
 		err = ef.err
 	}
-	return fmt.Errorf("handler of %s: %w", envs[0].EventName, err)
+	return fmt.Errorf("handler of %s: %w", name, err)
 }
 
-// runHandlers runs every handler of env in tx, stopping at the first error.
-func (i *Inbox) runHandlers(ctx context.Context, tx pgx.Tx, env contracts.Envelope, handlers []Handler) error {
-	for n, h := range handlers {
-		if err := i.runHandler(ctx, tx, env, h); err != nil {
-			return fmt.Errorf("handler %d of %s: %w", n+1, env.EventName, err)
+// runHandlers runs every Handler of e's route in tx, stopping at the first error.
+func (i *Inbox) runHandlers(ctx context.Context, tx pgx.Tx, e *event, r *route) error {
+	for n, h := range r.handlers {
+		if err := i.runHandler(ctx, tx, e, h); err != nil {
+			return fmt.Errorf("handler %d of %s: %w", n+1, e.meta.EventName, err)
 		}
 	}
 	return nil
 }
 
 // eventLogger returns the Inbox's logger with the event's id and correlation id.
-func (i *Inbox) eventLogger(env contracts.Envelope) *slog.Logger {
-	return logging.WithEvent(i.logger, env.EventID.String(), env.CorrelationID)
+func (i *Inbox) eventLogger(m Meta) *slog.Logger {
+	return logging.WithEvent(i.logger, m.EventID.String(), m.CorrelationID)
 }
 
 type metrics struct {

@@ -1,31 +1,22 @@
 package inbox_test
 
 import (
-	"embed"
-	"io/fs"
 	"testing"
 
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/inbox/inboxtest"
+	"example.com/shop/platform/migrate"
 )
 
-//go:embed testdata/migrations/*.sql
-var testMigrations embed.FS
+// testSchema is the inbox's own migrations, with the roles of this package's tests.
+var testSchema = migrate.Schema{inbox.Migrations(inbox.Roles{App: "test_app", Maintenance: "test_maintenance"})}
 
 func TestInbox(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxtest.Run(t, migrations)
+	inboxtest.Run(t, testSchema)
 }
 
 func TestInboxWithGroupCommit(t *testing.T) {
 	t.Parallel()
-	migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxtest.Run(t, migrations, inbox.WithGroupCommit(8, 2))
+	inboxtest.Run(t, testSchema, inbox.WithGroupCommit(8, 2))
 }

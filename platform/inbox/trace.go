@@ -9,8 +9,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"example.com/shop/contracts"
 )
 
 // tracerName is the instrumentation scope of the inbox's spans.
@@ -33,13 +31,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // defaultTracer is the Inbox's tracer unless WithTracerProvider gives one.
 func defaultTracer() trace.Tracer { return otel.Tracer(tracerName) }
 
-// startProcess starts the span "inbox <consumer>" of env: the processed_event
+// startProcess starts the span "inbox <consumer>" of e: the processed_event
 // transaction, including the wait for a group commit, as a child of the
 // span in ctx (the consumer's process span).
-func (i *Inbox) startProcess(ctx context.Context, env contracts.Envelope) (context.Context, trace.Span) {
+func (i *Inbox) startProcess(ctx context.Context, e *event) (context.Context, trace.Span) {
 	ctx, span := i.tracer.Start(ctx, i.spanName)
 	if span.IsRecording() {
-		span.SetAttributes(AttrConsumer.String(i.consumer.name), semconv.MessagingMessageID(env.EventID.String()))
+		span.SetAttributes(AttrConsumer.String(i.consumer.name), semconv.MessagingMessageID(e.key))
 	}
 	return ctx, span
 }
@@ -56,11 +54,12 @@ func endSpan(span trace.Span, duplicate bool, err error) {
 	span.End()
 }
 
-// runHandler runs h in the span "handle <event name>", a child of the span in ctx.
-func (i *Inbox) runHandler(ctx context.Context, tx pgx.Tx, env contracts.Envelope, h Handler) error {
-	ctx, span := i.tracer.Start(ctx, "handle "+env.EventName)
+// runHandler runs h over e in the span "handle <event name>", a child of the span
+// in ctx.
+func (i *Inbox) runHandler(ctx context.Context, tx pgx.Tx, e *event, h func(context.Context, pgx.Tx, *event) error) error {
+	ctx, span := i.tracer.Start(ctx, "handle "+e.meta.EventName)
 	defer span.End()
-	if err := h(ctx, tx, env); err != nil {
+	if err := h(ctx, tx, e); err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		return err

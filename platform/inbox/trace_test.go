@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"io/fs"
 	"sync"
 	"testing"
 	"time"
@@ -32,11 +31,7 @@ func TestProcessSpans(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			migrations, err := fs.Sub(testMigrations, "testdata/migrations")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool, _ := testkit.NewDatabase(t, migrations)
+			pool, _ := testkit.NewDatabase(t, testSchema)
 			v, err := contracts.NewValidator()
 			if err != nil {
 				t.Fatal(err)
@@ -44,7 +39,7 @@ func TestProcessSpans(t *testing.T) {
 			spans := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 			ib := inbox.New(pool, "tracing", v, nil, nil, append(opts, inbox.WithTracerProvider(tp))...)
-			ib.Register(contracts.EventOrderPlaced, func(ctx context.Context, _ pgx.Tx, env contracts.Envelope) error {
+			inbox.On(ib, contracts.EventOrderPlaced, func(ctx context.Context, _ pgx.Tx, env inbox.Meta, _ contracts.OrderPlaced) error {
 				time.Sleep(5 * time.Millisecond) // let the others queue up for a group
 				return nil
 			})

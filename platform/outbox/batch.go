@@ -12,264 +12,181 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/backoff"
 	"example.com/shop/platform/pg"
 )
 
-// errPartitionBusy means a batch transaction of the partition is still open
-// elsewhere (a former leader's): this leader waits for it to end.
-var errPartitionBusy = errors.New("another batch of the partition is still open")
-
-// lead publishes partition p until ctx ends (given back, or the relay
-// stops) or its batch finds the lock gone. A batch being published when
-// the partition is given back is finished first (its publishing ends only
-// with relayCtx, the relay's own end, or its deadline), so a rebalance
-// sends nothing twice.
-func (r *Relay) lead(relayCtx, ctx context.Context, p *partition, lockPID uint32) {
-	pub := r.newPublisher()
-	defer func() { _ = pub.Close() }()
-	defer func() {
-		r.mu.Lock()
-		p.busySince, p.failingSince, p.lastFailure = time.Time{}, time.Time{}, nil
-		r.mu.Unlock()
-	}()
-	label := strconv.Itoa(p.n)
-	// Retry for as long as it leads; after a failed publish, send only the failing row.
-	bo := backoff.New(r.cfg.PollInterval, r.cfg.MaxBackoff)
-	single := false
-	for {
-		limit, batches := r.cfg.BatchSize, batchesPerTx
-		if single {
-			limit, batches = 1, 1
-		}
-		n, pubFailed, err := r.publishBatch(ctx, relayCtx, pub, p, lockPID, limit, batches)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errLockLost) {
-			r.logger.WarnContext(ctx, "outbox relay: partition lock lost", slog.Int("partition", p.n))
-			return
-		}
-		var wait <-chan struct{} = p.wake
-		delay := r.cfg.PollInterval
-		switch {
-		case errors.Is(err, errPartitionBusy):
-			r.logger.DebugContext(ctx, "outbox relay waits for a former leader's batch to end", slog.Int("partition", p.n))
-		case err != nil:
-			r.m.partFailures.WithLabelValues(label).Add(boolToFloat(pubFailed))
-			r.noteFailure(ctx, p, err, limit)
-			single = single || pubFailed
-			wait = nil // back off, however busy the outbox is
-			delay = bo.NextBackOff()
-		default:
-			r.noteSuccess(ctx, p)
-			single = false
-			bo.Reset()
-			if n == limit {
-				continue
-			}
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-wait:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
-}
-
-func boolToFloat(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// noteFailure remembers a failed batch for Ready and logs it: at WARN when
-// a streak of failures starts or its reason changes, at DEBUG otherwise.
-func (r *Relay) noteFailure(ctx context.Context, p *partition, err error, limit int) {
-	r.mu.Lock()
-	first := p.failingSince.IsZero()
-	if first {
-		p.failingSince = time.Now()
-	}
-	changed := !first && failureReason(err) != failureReason(p.lastFailure)
-	p.lastFailure = err
-	since := p.failingSince
-	r.mu.Unlock()
-	switch {
-	case first:
-		r.logger.WarnContext(ctx, "outbox relay cannot publish; retrying the first unpublished row alone, with backoff",
-			slog.Int("partition", p.n), slog.Any("error", err))
-	case changed:
-		r.logger.WarnContext(ctx, "outbox relay still cannot publish, for another reason", slog.Int("partition", p.n),
-			slog.Any("error", err), slog.Duration("failing_for", time.Since(since).Round(time.Millisecond)))
-	default:
-		r.logger.DebugContext(ctx, "outbox relay batch failed again", slog.Int("partition", p.n), slog.Any("error", err), slog.Int("batch_limit", limit))
-	}
-}
-
-// noteSuccess ends a streak of failures, logging how long it lasted.
-func (r *Relay) noteSuccess(ctx context.Context, p *partition) {
-	r.mu.Lock()
-	since := p.failingSince
-	p.failingSince, p.lastFailure = time.Time{}, nil
-	r.mu.Unlock()
-	if !since.IsZero() {
-		r.logger.InfoContext(ctx, "outbox relay publishes again", slog.Int("partition", p.n),
-			slog.Duration("failed_for", time.Since(since).Round(time.Millisecond)))
-	}
-}
-
-// failureReason is the part of a batch error that says why, without the
-// message id and batch index that change from one attempt to the next.
-func failureReason(err error) string {
-	if err == nil {
-		return ""
-	}
-	var pe *amqp.PublishError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
-// batchesPerTx caps the batches one transaction of a partition publishes
-// and marks: a crash between a send and the commit publishes at most this
-// many batches again (duplicates, never a loss), and each commit makes the
-// marks visible (the backlog gauges, the auditor).
-const batchesPerTx = 8
-
-// publishBatch runs one transaction of partition p (docs/architecture.md,
-// rule 2): take the partition's batch lock, check that lockPID still leads
-// p, then publish the partition's rows in at most maxBatches batches of up
-// to limit rows, in (occurred_at, id) order, on one publishing stream, and
-// commit. The
-// batches are pipelined: the next batch is selected and sent while the
+// batchTx is one transaction of a partition the relay leads: the relay's core
+// (docs/architecture.md, rule 2). run is the canonical loop of the package
+// documentation, pipelined: the next batch is selected and sent while the
 // broker confirms the one before, and a batch is marked while the broker
-// confirms the one after it, so the broker and the database work at the
-// same time and the broker never waits for the relay between batches. The
-// first failure ends the transaction: the confirmed prefix is marked, the
-// failure recorded on the row that failed, nothing after it is marked (a
-// message sent after it is published again later), and the transaction
-// commits. A transaction starts a batch only while at least half of
-// ConfirmTimeout is left of its publishing deadline, and sends nothing
-// after that deadline (ConfirmTimeout after its stream opened). After a
-// failure the leader asks for one batch of one row: only the failing row
-// is sent until the broker takes it.
-//
-// It returns the number of rows in the last batch selected (limit when the
-// partition may have more), whether publishing failed (as opposed to the
-// database), and the transaction's error, if any: errLockLost when the
-// lock is gone, errPartitionBusy when a former leader's batch is still
-// open. ctx ends the partition's work (no new batch starts); publishing
-// stops early only when pubCtx ends.
-func (r *Relay) publishBatch(ctx, pubCtx context.Context, pub Publisher, p *partition, lockPID uint32, limit, maxBatches int) (int, bool, error) {
-	// Database work outlives ctx so that a confirmed prefix is still marked
-	// on shutdown, but it is bounded.
-	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout+2*finishTimeout)
-	defer cancel()
-	// When the relay stops, what is left gets stopTimeout.
-	defer context.AfterFunc(pubCtx, func() { time.AfterFunc(stopTimeout, cancel) })()
+// confirms the one after it, so the broker and the database work at the same
+// time. The first failure ends the transaction: the confirmed prefix is
+// marked, the failure recorded on the row that failed, nothing after it is
+// marked (a message sent after it is published again later), and the
+// transaction commits. A transaction starts a batch only while at least half
+// of ConfirmTimeout is left of its publishing deadline, and its stream sends
+// nothing after that deadline (ConfirmTimeout after it opened).
+type batchTx struct {
+	w          *worker
+	limit      int // rows per batch
+	maxBatches int // batches in this transaction at most
 
-	var last, marked int
-	var pubErr error
-	var failedID string
-	err := pg.WithTx(txCtx, r.pool, func(tx pgx.Tx) error {
-		msgs, err := r.selectBatch(ctx, tx, p.n, lockPID, limit)
+	ctx      context.Context // the database work's: outlives w.ctx so a confirmed prefix is still marked, bounded
+	tx       pgx.Tx
+	stream   Stream
+	deadline time.Time // the stream's: no message is sent after it
+	base     int       // the stream's index of cur.msgs[0]
+	cur      *inFlight // the batch the broker is confirming
+	selected int       // rows of the last batch selected: limit when the partition may have more
+	marked   int       // rows marked published
+	pubErr   error     // the broker failure that ended the transaction, nil when none
+	failedID string    // the row pubErr is recorded on
+}
+
+// run is the transaction's body; pg.WithTx commits what it marked.
+func (t *batchTx) run(tx pgx.Tx) error {
+	t.tx = tx
+	w := t.w
+	msgs, err := w.r.selectBatch(w.ctx, tx, w.p.n, w.lockPID, t.limit) // SELECT ... FOR UPDATE SKIP LOCKED
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	w.setBusy(time.Now())
+	defer w.setBusy(time.Time{})
+	t.deadline = time.Now().Add(w.r.cfg.ConfirmTimeout)
+	t.stream = w.pub.Stream(w.pubCtx, w.r.cfg.ConfirmTimeout)
+	defer t.stream.Close()
+	t.cur, t.selected = t.send(msgs), len(msgs) // publish
+	for batches := 1; ; batches++ {
+		next, err := t.sendNext(batches) // pipelining: the next batch goes out while cur is confirmed
 		if err != nil {
+			t.cur.end(w.ctx, w.r, 0, nil)
 			return err
 		}
-		last = len(msgs)
-		if last == 0 {
-			return nil
+		confirmed, pubErr := t.confirm() // wait for the publisher confirms
+		stop := pubErr != nil || confirmed < len(t.cur.msgs) || next == nil
+		err = t.mark(confirmed, pubErr) // UPDATE outbox SET published_at = now()
+		if next != nil && (stop || err != nil) {
+			next.end(w.ctx, w.r, 0, nil)
 		}
-		r.setBusy(p, time.Now())
-		defer r.setBusy(p, time.Time{})
-		deadline := time.Now().Add(r.cfg.ConfirmTimeout)
-		s := pub.Stream(pubCtx, r.cfg.ConfirmTimeout)
-		defer s.Close()
-		base := 0 // the stream's index of msgs[0]
-		cur := r.sendBatch(ctx, s, pub, msgs)
-		for batches := 1; ; batches++ {
-			// While the broker confirms msgs: select and send the next batch.
-			var next *inFlight
-			if last == limit && batches < maxBatches && ctx.Err() == nil &&
-				time.Until(deadline) > r.cfg.ConfirmTimeout/2 {
-				rows, err := r.selectAfter(txCtx, tx, p.n, msgs[len(msgs)-1], limit)
-				if err != nil {
-					cur.end(ctx, r, 0, nil)
-					return err
-				}
-				if len(rows) > 0 {
-					next = r.sendBatch(ctx, s, pub, rows)
-				}
-			}
-			total, err := s.Wait(base + len(msgs))
-			confirmed := min(max(total-base, 0), len(msgs))
-			cur.end(ctx, r, confirmed, err)
-			stop := err != nil || confirmed < len(msgs) || next == nil
-			if stop && next != nil {
-				next.end(ctx, r, 0, nil)
-			}
-			// While the broker confirms next: mark msgs.
-			b := &pgx.Batch{}
-			if confirmed > 0 {
-				ids := make([]string, confirmed)
-				for i := range ids {
-					ids[i] = msgs[i].MessageID
-				}
-				b.Queue(`UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])`, ids)
-			}
-			if err != nil && confirmed < len(msgs) && pubCtx.Err() == nil {
-				// A broker failure, not our shutdown: count it on the row that
-				// stopped the batch.
-				pubErr = r.explain(err)
-				failedID = msgs[confirmed].MessageID
-				b.Queue(recordFailureSQL, failedID, errorText(pubErr))
-			}
-			if b.Len() > 0 {
-				if err := tx.SendBatch(txCtx, b).Close(); err != nil {
-					if !stop {
-						next.end(ctx, r, 0, nil)
-					}
-					return fmt.Errorf("mark %d published rows: %w", confirmed, err)
-				}
-			}
-			marked += confirmed
-			if stop {
-				return nil
-			}
-			base += len(msgs)
-			msgs, last, cur = next.msgs, len(next.msgs), next
+		if err != nil || stop {
+			return err // COMMIT, or ROLLBACK on a database error
 		}
-	})
-	if pubErr != nil {
+		t.base += len(t.cur.msgs)
+		t.cur, t.selected = next, len(next.msgs)
+	}
+}
+
+// transaction runs one batchTx of w's partition, with batches of up to limit
+// rows and at most maxBatches of them, and returns it with its outcome: nil,
+// a publish failure (t.pubErr is set), errLockLost when the lead lock is
+// gone, errPartitionBusy when a former leader's batch is still open, or a
+// database error. The end of w.ctx stops it between batches and is no
+// failure; publishing stops early only when w.pubCtx ends.
+func (w *worker) transaction(limit, maxBatches int) (*batchTx, error) {
+	// Database work outlives w.ctx so that a confirmed prefix is still marked
+	// on shutdown, but it is bounded; when the relay stops, what is left gets
+	// stopTimeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), w.r.cfg.ConfirmTimeout+2*finishTimeout)
+	defer cancel()
+	defer context.AfterFunc(w.pubCtx, func() { time.AfterFunc(stopTimeout, cancel) })()
+	t := &batchTx{w: w, ctx: ctx, limit: limit, maxBatches: maxBatches}
+	return t, t.outcome(pg.WithTx(ctx, w.r.pool, t.run))
+}
+
+// send starts the send spans of msgs and adds msgs to the stream.
+func (t *batchTx) send(msgs []amqp.Message) *inFlight {
+	r := t.w.r
+	r.m.batchSize.Observe(float64(len(msgs)))
+	f := &inFlight{msgs: msgs, spans: r.startSends(t.w.ctx, t.w.pub.Exchange(), msgs), start: time.Now()}
+	t.stream.Send(msgs)
+	return f
+}
+
+// sendNext selects and sends the batch after cur, unless cur was not full,
+// the transaction has sent maxBatches, the partition's work ends or less than
+// half of ConfirmTimeout is left; it returns nil when it sends none.
+func (t *batchTx) sendNext(batches int) (*inFlight, error) {
+	w := t.w
+	if len(t.cur.msgs) < t.limit || batches >= t.maxBatches || w.ctx.Err() != nil ||
+		time.Until(t.deadline) <= w.r.cfg.ConfirmTimeout/2 {
+		return nil, nil
+	}
+	rows, err := w.r.selectAfter(t.ctx, t.tx, w.p.n, t.cur.msgs[len(t.cur.msgs)-1], t.limit)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return t.send(rows), nil
+}
+
+// confirm waits for the broker's confirms of cur and ends its spans. It
+// returns the length of cur's confirmed prefix and the error that ended the
+// stream before cur was confirmed, if any.
+func (t *batchTx) confirm() (int, error) {
+	total, err := t.stream.Wait(t.base + len(t.cur.msgs))
+	confirmed := min(max(total-t.base, 0), len(t.cur.msgs))
+	t.cur.end(t.w.ctx, t.w.r, confirmed, err)
+	return confirmed, err
+}
+
+// markPublishedSQL marks the confirmed rows of a batch published.
+const markPublishedSQL = `UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])`
+
+// mark marks cur's confirmed prefix published and, when pubErr stopped cur
+// (a broker failure, not the relay's own stop), records it on the row that
+// failed; both in one round trip.
+func (t *batchTx) mark(confirmed int, pubErr error) error {
+	msgs := t.cur.msgs
+	b := &pgx.Batch{}
+	if confirmed > 0 {
+		ids := make([]string, confirmed)
+		for i := range ids {
+			ids[i] = msgs[i].MessageID
+		}
+		b.Queue(markPublishedSQL, ids)
+	}
+	if pubErr != nil && confirmed < len(msgs) && t.w.pubCtx.Err() == nil {
+		t.pubErr = t.w.r.explain(pubErr)
+		t.failedID = msgs[confirmed].MessageID
+		b.Queue(recordFailureSQL, t.failedID, errorText(t.pubErr))
+	}
+	if b.Len() > 0 {
+		if err := t.tx.SendBatch(t.ctx, b).Close(); err != nil {
+			return fmt.Errorf("mark %d published rows: %w", confirmed, err)
+		}
+	}
+	t.marked += confirmed
+	return nil
+}
+
+// outcome counts what the transaction published and failed, and turns err,
+// the transaction's error, into transaction's result. When the transaction
+// failed after a publish failure (it expired while the broker kept it
+// waiting, say), the failure is recorded in a short transaction of its own.
+func (t *batchTx) outcome(err error) error {
+	r, ctx := t.w.r, t.w.ctx
+	if t.pubErr != nil {
 		r.m.failures.Inc()
 		if err != nil {
-			// The batch's transaction is gone (it expired while the broker
-			// kept us waiting, say): record the failure on its own.
-			if rerr := r.recordFailure(ctx, failedID, pubErr); rerr != nil {
-				r.logger.WarnContext(ctx, "outbox relay: could not record a failed publish", slog.String("event_id", failedID),
-					slog.Any("error", rerr), slog.Any("publish_error", pubErr))
+			if rerr := r.recordFailure(ctx, t.failedID, t.pubErr); rerr != nil {
+				r.logger.WarnContext(ctx, "outbox relay: could not record a failed publish", slog.String("event_id", t.failedID),
+					slog.Any("error", rerr), slog.Any("publish_error", t.pubErr))
 			}
-			return last, true, fmt.Errorf("outbox relay batch: %w (and the batch's transaction failed: %v)", pubErr, err)
+			return fmt.Errorf("outbox relay batch: %w (and the batch's transaction failed: %v)", t.pubErr, err)
 		}
-		r.m.published.Add(float64(marked))
-		return last, true, fmt.Errorf("outbox relay batch: %w", pubErr)
+		r.m.published.Add(float64(t.marked))
+		return fmt.Errorf("outbox relay batch: %w", t.pubErr)
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return last, false, nil // shutdown or partition given back: not a failure
-		}
-		if errors.Is(err, errLockLost) || errors.Is(err, errPartitionBusy) {
-			return last, false, err
-		}
-		return last, false, fmt.Errorf("outbox relay batch: %w", err)
+	switch {
+	case err == nil:
+		r.m.published.Add(float64(t.marked))
+		return nil
+	case ctx.Err() != nil:
+		return nil // shutdown or partition given back: not a failure
+	case errors.Is(err, errLockLost), errors.Is(err, errPartitionBusy):
+		return err
 	}
-	r.m.published.Add(float64(marked))
-	return last, false, nil
+	return fmt.Errorf("outbox relay batch: %w", err)
 }
 
 // inFlight is a batch sent on a stream and not yet confirmed, with its
@@ -278,14 +195,6 @@ type inFlight struct {
 	msgs  []amqp.Message
 	spans []trace.Span
 	start time.Time
-}
-
-// sendBatch starts the send spans of msgs and adds msgs to the stream.
-func (r *Relay) sendBatch(ctx context.Context, s Stream, pub Publisher, msgs []amqp.Message) *inFlight {
-	r.m.batchSize.Observe(float64(len(msgs)))
-	f := &inFlight{msgs: msgs, spans: r.startSends(ctx, pub.Exchange(), msgs), start: time.Now()}
-	s.Send(msgs)
-	return f
 }
 
 // end ends the batch's spans once the broker confirmed its first confirmed
@@ -329,12 +238,6 @@ func scanBatch(rows pgx.Rows, limit int) ([]amqp.Message, error) {
 		return nil, fmt.Errorf("select outbox batch: %w", err)
 	}
 	return batch, nil
-}
-
-func (r *Relay) setBusy(p *partition, since time.Time) {
-	r.mu.Lock()
-	p.busySince = since
-	r.mu.Unlock()
 }
 
 // recordFailureSQL counts a failed publish on its row.

@@ -19,9 +19,6 @@ import (
 // lockKeys are the advisory locks (two-int form: class, object) the relays
 // of one database agree on, all derived from RelayConfig.LockKey:
 //
-//   - legacy: the single-leader lock of relays without partitions (the
-//     bigint form of LockKey). Members hold it shared, so such a relay
-//     cannot lead beside them, and they do not join while it leads.
 //   - member (class, N): held shared by every member of the relays with N
 //     partitions, on its lock session; who holds it is the membership.
 //   - lead (class, p): held by the leader of partition p, on its lock
@@ -35,7 +32,6 @@ import (
 //   - join (class, 0): taken by a joining relay for the length of its join
 //     check, so that two relays with different counts cannot both join.
 type lockKeys struct {
-	legacy                           int64
 	member, lead, batch, fence, join int32
 	partitions                       int32
 }
@@ -43,7 +39,7 @@ type lockKeys struct {
 func newLockKeys(lockKey int64, partitions int) lockKeys {
 	base := int32(lockKey & 0x3fffffff) // leaves room for base+4 in an int4
 	return lockKeys{
-		legacy: lockKey, lead: base, batch: base + 1, member: base + 2, fence: base + 3, join: base + 4,
+		lead: base, batch: base + 1, member: base + 2, fence: base + 3, join: base + 4,
 		partitions: int32(partitions),
 	}
 }
@@ -106,8 +102,8 @@ func (r *Relay) join(ctx context.Context) (*pgx.Conn, error) {
 	}
 }
 
-// tryJoin makes conn's session a member, unless relays without partitions
-// or with another partition count are running, which it then names.
+// tryJoin makes conn's session a member, unless relays with another
+// partition count are running, which it then names.
 func (r *Relay) tryJoin(ctx context.Context, conn *pgx.Conn) (why string, err error) {
 	k := r.keys
 	tx, err := conn.Begin(ctx)
@@ -118,13 +114,6 @@ func (r *Relay) tryJoin(ctx context.Context, conn *pgx.Conn) (why string, err er
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, 0)`, k.join); err != nil {
 		return "", fmt.Errorf("join lock: %w", err)
 	}
-	var legacy bool
-	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1::bigint)`, k.legacy).Scan(&legacy); err != nil {
-		return "", fmt.Errorf("legacy lock: %w", err)
-	}
-	if !legacy {
-		return "a relay without partitions leads the outbox", tx.Commit(ctx)
-	}
 	var others []int64
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(array_agg(DISTINCT objid::bigint ORDER BY objid::bigint), '{}')
 		FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND database = `+currentDB+`
@@ -133,9 +122,6 @@ func (r *Relay) tryJoin(ctx context.Context, conn *pgx.Conn) (why string, err er
 		return "", fmt.Errorf("look for other partition counts: %w", err)
 	}
 	if len(others) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_unlock_shared($1::bigint)`, k.legacy); err != nil {
-			return "", err
-		}
 		return fmt.Sprintf("relays with another partition count %v are running (this one has %d)", others, k.partitions), tx.Commit(ctx)
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_lock_shared($1::int, $2::int)`, k.member, k.partitions); err != nil {
@@ -442,9 +428,10 @@ func (r *Relay) started(ctx context.Context, n int, lockPID uint32, parts map[in
 	r.m.leader.Set(1)
 	r.m.partLeader.WithLabelValues(strconv.Itoa(n)).Set(1)
 	r.logger.InfoContext(ctx, "outbox relay leads a partition", slog.Int("partition", n), slog.Int("partitions", r.cfg.Partitions))
+	w := r.newWorker(ctx, pctx, p, lockPID)
 	wg.Go(func() {
 		defer close(p.done)
-		r.lead(ctx, pctx, p, lockPID)
+		w.run()
 	})
 }
 

@@ -277,33 +277,6 @@ func TestRelayWithAnotherPartitionCountWaitsForTheOldOnes(t *testing.T) {
 	t.Logf("%d events over the change, %d deliveries", written, len(got))
 }
 
-// A relay without partitions (an older relay holding the single leader
-// lock) keeps the new relays standing by.
-func TestRelayStandsByBesideASingleLeaderRelay(t *testing.T) {
-	t.Parallel()
-	pool := newOutboxDB(t)
-	holder, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, DefaultLockKey); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fastConfig()
-	cfg.Partitions = 3
-	r := newTestRelay(t, pool, newPublisher(t, testTopology(t)), cfg)
-	start(t, r)
-	time.Sleep(300 * time.Millisecond)
-	if r.Leader() {
-		t.Fatal("a relay leads beside a single-leader relay")
-	}
-	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, DefaultLockKey); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "it leads all three", func() bool { return len(r.Partitions()) == 3 })
-}
-
 func TestPlanConvergesToAnEvenShare(t *testing.T) {
 	t.Parallel()
 	view := func(counts map[uint32]int) lockView {

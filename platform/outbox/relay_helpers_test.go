@@ -2,10 +2,8 @@ package outbox
 
 import (
 	"context"
-	"embed"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"testing"
@@ -20,31 +18,17 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
 )
 
-// schemaFS holds a copy of the order migrations that create the outbox
-// table, its partial index and its NOTIFY trigger, and add its trace_context
-// column (platform never imports services); they are kept identical to
-// services/order/migrations/00002_outbox.sql and 00040_outbox_trace_context.sql
-// (a test there checks it), and the writer tests use them too.
-//
-//go:embed testdata/schema/*.sql
-var schemaFiles embed.FS
-
-func schemaFS(t testing.TB) fs.FS {
-	t.Helper()
-	sub, err := fs.Sub(schemaFiles, "testdata/schema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sub
-}
+// testSchema is the outbox's own migrations, with the roles of this package's tests.
+var testSchema = migrate.Schema{Migrations(Roles{Writer: "test_writer", Relay: "test_relay", Maintenance: "test_maintenance"})}
 
 // newOutboxDB returns a pool on a fresh database with the outbox table.
 func newOutboxDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, schemaFS(t))
+	pool, _ := testkit.NewDatabase(t, testSchema)
 	return pool
 }
 

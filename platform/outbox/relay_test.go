@@ -367,13 +367,14 @@ func TestRelayStandsByWhileTheLockIsHeld(t *testing.T) {
 	topo := testTopology(t)
 	in := consume(t, topo.Queues[0].Name)
 
-	// Someone else holds the relay's lock.
+	// Another session leads the only partition.
+	lead := newLockKeys(DefaultLockKey, 1).lead
 	holder, err := pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release()
-	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, DefaultLockKey); err != nil {
+	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_lock($1::int, 0)`, lead); err != nil {
 		t.Fatal(err)
 	}
 	const n = 10
@@ -397,7 +398,7 @@ func TestRelayStandsByWhileTheLockIsHeld(t *testing.T) {
 		t.Fatalf("a standby published %d messages", len(got))
 	}
 
-	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, DefaultLockKey); err != nil {
+	if _, err := holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1::int, 0)`, lead); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, in, n)

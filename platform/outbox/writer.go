@@ -1,9 +1,7 @@
-// Package outbox implements the transactional outbox: a Writer that records an
-// event in the caller's database transaction, and a relay that publishes the
-// recorded events to the broker (docs/architecture.md, rules 1 and 2).
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/binary"
@@ -11,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -65,11 +64,11 @@ func KeyHash(key string) int32 {
 	return int32(binary.BigEndian.Uint32(sum[:4]) & 0x7fffffff)
 }
 
-// Write records one event in tx: it builds the envelope with
-// contracts.NewEnvelope (a fresh UUID v7 event_id, occurred_at at millisecond
-// precision, the Writer's producer, contracts.SchemaVersion, correlationID),
-// marshals it once, validates those bytes against the contract and inserts
-// the same bytes into outbox with id = event_id, routing_key = eventName,
+// Write records one event in tx: it builds the envelope (a fresh UUID v7
+// event_id, occurred_at at millisecond precision, the Writer's producer,
+// contracts.SchemaVersion, correlationID, payload), encodes it once, payload
+// included, validates those bytes against the contract and inserts the same
+// bytes into outbox with id = event_id, routing_key = eventName,
 // aggregate_key = aggregateKey and key_hash = KeyHash(aggregateKey). The
 // relay keeps the events of one aggregateKey (the order id) in order
 // (docs/architecture.md, rule 2); an empty key puts the row in one sequence
@@ -79,19 +78,23 @@ func KeyHash(key string) int32 {
 // "Tracing"); otherwise trace_context is NULL. The statement-level trigger on
 // outbox then notifies NotifyChannel when tx commits.
 //
-// It returns the envelope written. On any error nothing is inserted and the
-// caller must roll tx back (pg.WithTx does so when its function returns the
-// error). A contract violation is returned wrapping the *contracts.ValidationError
-// that names the offending field, for example "payload.lines[0].quantity"; an
-// unknown eventName wraps contracts.ErrUnknownEvent.
+// It returns the envelope written, its Payload a slice of the encoded bytes.
+// On any error nothing is inserted and the caller must roll tx back
+// (pg.WithTx does so when its function returns the error). A contract
+// violation is returned wrapping the *contracts.ValidationError that names
+// the offending field, for example "payload.lines[0].quantity"; an unknown
+// eventName wraps contracts.ErrUnknownEvent.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, correlationID string, payload any) (contracts.Envelope, error) {
-	env, err := contracts.NewEnvelope(eventName, w.producer, correlationID, payload, w.now())
+	id, err := uuid.NewV7()
 	if err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: build %s envelope: %w", eventName, err)
+		return contracts.Envelope{}, fmt.Errorf("outbox: %s event id: %w", eventName, err)
 	}
-	body, err := json.Marshal(env)
+	env := contracts.Envelope{EventID: id, EventName: eventName, OccurredAt: w.now().UTC().Truncate(time.Millisecond),
+		Producer: w.producer, SchemaVersion: contracts.SchemaVersion, CorrelationID: correlationID}
+	body, err := json.Marshal(wireEnvelope{EventID: id, EventName: eventName, OccurredAt: contracts.CloudEventsTime(env.OccurredAt),
+		Producer: w.producer, SchemaVersion: env.SchemaVersion, CorrelationID: correlationID, Payload: payload})
 	if err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: marshal %s envelope: %w", eventName, err)
+		return contracts.Envelope{}, fmt.Errorf("outbox: encode %s envelope: %w", eventName, err)
 	}
 	if err := w.validator.Validate(body); err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: invalid %s envelope: %w", eventName, err)
@@ -104,7 +107,34 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, 
 	if err != nil {
 		return contracts.Envelope{}, fmt.Errorf("outbox: insert %s event %s: %w", eventName, env.EventID, err)
 	}
+	env.Payload = payloadOf(body)
 	return env, nil
+}
+
+// wireEnvelope is contracts.Envelope as it is sent (Envelope.MarshalJSON's
+// form), with the payload as the caller's value: json.Marshal encodes the
+// whole event in one pass, with no intermediate payload bytes to copy and
+// scan again.
+type wireEnvelope struct {
+	EventID       uuid.UUID `json:"event_id"`
+	EventName     string    `json:"event_name"`
+	OccurredAt    string    `json:"occurred_at"`
+	Producer      string    `json:"producer"`
+	SchemaVersion int       `json:"schema_version"`
+	CorrelationID string    `json:"correlation_id"`
+	Payload       any       `json:"payload"`
+}
+
+// payloadOf is the payload's JSON within body, an encoded wireEnvelope: the
+// payload is its last field, and the first `,"payload":` is its key, since a
+// quote inside an earlier string value is escaped.
+func payloadOf(body []byte) json.RawMessage {
+	const key = `,"payload":`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 || len(body) == 0 {
+		return nil
+	}
+	return json.RawMessage(body[i+len(key) : len(body)-1])
 }
 
 // traceContext is the W3C Trace Context carrier of the span context in ctx, as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,16 +13,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 )
 
-// newWriterDB returns a pool on a fresh database migrated with testdata/schema, the
-// one copy of the order service's outbox migration that the relay tests use too.
+// newWriterDB returns a pool on a fresh database migrated with the outbox's
+// migrations, as the relay tests use too.
 func newWriterDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, os.DirFS("testdata/schema"))
+	pool, _ := testkit.NewDatabase(t, migrate.Schema{outbox.Migrations(outbox.Roles{Writer: "test_writer", Relay: "test_relay", Maintenance: "test_maintenance"})})
 	return pool
 }
 

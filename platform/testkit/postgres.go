@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"sort"
@@ -36,21 +37,21 @@ func findPostgres() (string, error) {
 }
 
 // NewDatabase creates a fresh, uniquely named database on the test server,
-// applies migrations (nil for an empty database), and drops it when the test
+// applies schema (nil for an empty database), and drops it when the test
 // ends. It returns an open pool on it (closed at cleanup) and its URL.
 //
-// Migrations run once per test binary into a template database named after
-// a hash of their content; each test then clones the template with
+// The schema is migrated once per test binary into a template database named
+// after a hash of its sets; each test then clones the template with
 // CREATE DATABASE ... TEMPLATE, which takes milliseconds.
-func NewDatabase(t testing.TB, migrations fs.FS) (*pgxpool.Pool, string) {
+func NewDatabase(t testing.TB, schema migrate.Schema) (*pgxpool.Pool, string) {
 	t.Helper()
 	server := DatabaseURL(t)
 	ctx, cancel := bounded()
 	defer cancel()
 
 	template := ""
-	if migrations != nil {
-		template = templateFor(t, server, migrations)
+	if len(schema) > 0 {
+		template = templateFor(t, server, schema)
 	}
 	name := dbName(t)
 	admin, err := pgx.Connect(ctx, server)
@@ -101,13 +102,18 @@ func dropDatabase(t testing.TB, server, name string) {
 	}
 }
 
-// templateFor returns the name of a migrated template database for fsys,
+// templateFor returns the name of a migrated template database for schema,
 // building it at most once per server even across concurrent test binaries:
 // a session advisory lock serialises builders, and a template is built under
 // a temporary name and renamed only once fully migrated.
-func templateFor(t testing.TB, server string, fsys fs.FS) string {
+func templateFor(t testing.TB, server string, schema migrate.Schema) string {
 	t.Helper()
-	hash := hashFS(t, fsys)
+	h := sha256.New()
+	for _, set := range schema {
+		fmt.Fprintf(h, "%s\x00%s\x00", set.Name, set.Table)
+		hashFS(t, h, set.Files())
+	}
+	hash := hex.EncodeToString(h.Sum(nil))
 	found.tmplMu.Lock()
 	defer found.tmplMu.Unlock()
 	if name, ok := found.tmpl[hash]; ok {
@@ -136,7 +142,7 @@ func templateFor(t testing.TB, server string, fsys fs.FS) string {
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{wip}.Sanitize()+" WITH (FORCE)"); err != nil {
 			t.Fatalf("testkit: drop stale template: %v", err)
 		}
-		if _, err := migrate.Up(ctx, withDatabase(t, server, wip), fsys); err != nil {
+		if _, err := migrate.Up(ctx, withDatabase(t, server, wip), schema); err != nil {
 			t.Fatalf("testkit: migrate template: %v", err)
 		}
 		if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{wip}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
@@ -147,8 +153,8 @@ func templateFor(t testing.TB, server string, fsys fs.FS) string {
 	return name
 }
 
-// hashFS hashes every file's path and content in fsys, in path order.
-func hashFS(t testing.TB, fsys fs.FS) string {
+// hashFS writes every file's path and content in fsys to h, in path order.
+func hashFS(t testing.TB, h io.Writer, fsys fs.FS) {
 	t.Helper()
 	var paths []string
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
@@ -161,7 +167,6 @@ func hashFS(t testing.TB, fsys fs.FS) string {
 		t.Fatalf("testkit: read migrations: %v", err)
 	}
 	sort.Strings(paths)
-	h := sha256.New()
 	for _, p := range paths {
 		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
@@ -170,7 +175,6 @@ func hashFS(t testing.TB, fsys fs.FS) string {
 		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
 		h.Write(b)
 	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 func withDatabase(t testing.TB, server, name string) string {

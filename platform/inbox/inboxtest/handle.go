@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,88 +16,32 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/inbox/msgkey"
-	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
 )
 
-// KeyMigration is the goose version of the migration that turns processed_event's
-// uuid event_id into the text message_key with payload_sha256 and result. Run needs
-// migrations below it (the old schema) to prove that keys written before it stay
-// duplicates after it.
-const KeyMigration = 10
-
-// before returns the migrations of fsys whose version is below version.
-func before(t *testing.T, fsys fs.FS, version int) fs.FS {
-	t.Helper()
-	files, err := fs.Glob(fsys, "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := fstest.MapFS{}
-	for _, name := range files {
-		var v int
-		for _, c := range name {
-			if c < '0' || c > '9' {
-				break
-			}
-			v = v*10 + int(c-'0')
-		}
-		if v >= version {
-			continue
-		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: b}
-	}
-	if len(old) == 0 {
-		t.Fatalf("no migration below %05d: the suite needs the old processed_event schema to migrate from", version)
-	}
-	return old
-}
-
-// testOldKeys writes keys with the old schema (event_id uuid, no hash), migrates,
-// and checks that those events are duplicates whatever their content, while new
-// events are processed and get a hash.
-func testOldKeys(t *testing.T, migrations fs.FS, opts []inbox.Option) {
-	pool, url := testkit.NewDatabase(t, before(t, migrations, KeyMigration))
-	ctx := testkit.Context(t)
+// testKeyWithoutHash checks that a key without a content hash (payload_sha256 NULL, as
+// the keys written before the inbox took hashes) is a duplicate whatever the content,
+// while a new event is processed and gets a hash.
+func testKeyWithoutHash(t *testing.T, s *suite) {
 	old := envelope(t)
-	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, event_id) VALUES ('c', $1)`, old.EventID); err != nil {
-		t.Fatalf("write a key with the old schema: %v", err)
+	if _, err := s.pool.Exec(s.ctx, `INSERT INTO processed_event (consumer, message_key) VALUES ('c', $1)`, old.EventID.String()); err != nil {
+		t.Fatalf("write a key without a hash: %v", err)
 	}
-	if _, err := migrate.Up(ctx, url, migrations); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	pool.Reset() // connections may hold plans of the old column type
-	if _, err := pool.Exec(ctx, effectTable); err != nil {
-		t.Fatalf("create effect table: %v", err)
-	}
-	v, err := contracts.NewValidator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &suite{pool: pool, validator: v, ctx: ctx, opts: opts}
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 
 	changed := old
 	changed.CorrelationID = "another content"
 	for _, env := range []contracts.Envelope{old, changed} {
-		if dup, err := ib.Process(ctx, env); err != nil || !dup {
-			t.Fatalf("event keyed by the old schema: Process = %v, %v; want a duplicate (a NULL hash is content unknown)", dup, err)
+		if dup, err := ib.Process(s.ctx, env); err != nil || !dup {
+			t.Fatalf("event keyed without a hash: Process = %v, %v; want a duplicate (a NULL hash is content unknown)", dup, err)
 		}
 	}
 	fresh := envelope(t)
-	if dup, err := ib.Process(ctx, fresh); err != nil || dup {
+	if dup, err := ib.Process(s.ctx, fresh); err != nil || dup {
 		t.Fatalf("new event: Process = %v, %v; want processed", dup, err)
 	}
 	if e := s.effects(t, old.EventID); e != 0 {
 		t.Errorf("effects of the old event = %d, want 0", e)
-	}
-	if got := s.count(t, `SELECT count(*) FROM processed_event WHERE message_key = $1 AND payload_sha256 IS NULL`, old.EventID.String()); got != 1 {
-		t.Errorf("old key rows without a hash = %d, want 1", got)
 	}
 	if got := s.count(t, `SELECT count(*) FROM processed_event WHERE message_key = $1 AND octet_length(payload_sha256) = 32`, fresh.EventID.String()); got != 1 {
 		t.Errorf("new key rows with a hash = %d, want 1", got)
@@ -109,7 +51,7 @@ func testOldKeys(t *testing.T, migrations fs.FS, opts []inbox.Option) {
 func testEventConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	env := envelope(t)
 	if _, err := ib.Process(s.ctx, env); err != nil {
 		t.Fatal(err)
@@ -137,7 +79,7 @@ func testEventConflict(t *testing.T, s *suite) {
 func testConcurrentConflict(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	old := envelope(t)
 	if _, err := ib.Process(s.ctx, old); err != nil {
 		t.Fatal(err)

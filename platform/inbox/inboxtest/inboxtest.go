@@ -1,13 +1,14 @@
-// Package inboxtest is the acceptance suite of platform/inbox: a service runs it against
-// its own migrations to prove that its processed_event table gives exactly-once effects
-// (docs/architecture.md, rule 3) on a real PostgreSQL server.
+// Package inboxtest is the acceptance suite of platform/inbox: it proves on a real
+// PostgreSQL server that a schema's processed_event table (the inbox's own migrations,
+// or a service's schema that lists them) gives exactly-once effects
+// (docs/architecture.md, rule 3).
 package inboxtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
 )
 
@@ -30,21 +32,15 @@ const effectTable = `CREATE TABLE inboxtest_effect (
 )`
 
 // Run runs the inbox suite, each case in parallel on a fresh database migrated with
-// migrations (which must create processed_event as package inbox documents), with
-// every Inbox built with opts. When migrations hold versions below KeyMigration (a
-// service that had the uuid processed_event of old), it also proves that keys written
-// by the old schema are still duplicates after the migration.
-func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
+// schema (which must hold inbox.Migrations), with every Inbox built with opts.
+func Run(t *testing.T, schema migrate.Schema, opts ...inbox.Option) {
 	t.Helper()
-	t.Run("OldKeysStayDuplicatesAfterTheMigration", func(t *testing.T) {
-		t.Parallel()
-		testOldKeys(t, migrations, opts)
-	})
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, s *suite)
 	}{
 		{"NewEventRunsEveryHandlerOnce", testNewEvent},
+		{"KeyWithoutHashIsADuplicate", testKeyWithoutHash},
 		{"DuplicateRunsNoHandler", testDuplicate},
 		{"HandlerErrorRollsBackKeyAndEffect", testHandlerError},
 		{"ConcurrentDuplicateWaitsThenSkips", testConcurrentCommit},
@@ -66,7 +62,7 @@ func Run(t *testing.T, migrations fs.FS, opts ...inbox.Option) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			pool, _ := testkit.NewDatabase(t, migrations)
+			pool, _ := testkit.NewDatabase(t, schema)
 			if _, err := pool.Exec(testkit.Context(t), effectTable); err != nil {
 				t.Fatalf("create effect table: %v", err)
 			}
@@ -91,8 +87,8 @@ func (s *suite) inbox(consumer string, reg prometheus.Registerer) *inbox.Inbox {
 }
 
 // effect is a Handler that records one effect row tagged n.
-func effect(n int) inbox.Handler {
-	return func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
+func effect(n int) inbox.Handler[json.RawMessage] {
+	return func(ctx context.Context, tx pgx.Tx, env inbox.Meta, payload json.RawMessage) error {
 		_, err := tx.Exec(ctx, `INSERT INTO inboxtest_effect (event_id, handler) VALUES ($1, $2)`, env.EventID, n)
 		return err
 	}
@@ -133,8 +129,8 @@ func (s *suite) effects(t *testing.T, id uuid.UUID) int {
 func testNewEvent(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
-	ib.Register(contracts.EventOrderPlaced, effect(2))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(2))
 	env := envelope(t)
 
 	dup, err := ib.Process(s.ctx, env)
@@ -155,7 +151,7 @@ func testNewEvent(t *testing.T, s *suite) {
 func testDuplicate(t *testing.T, s *suite) {
 	reg := prometheus.NewRegistry()
 	ib := s.inbox("c", reg)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	env := envelope(t)
 
 	for n, want := range []bool{false, true, true} {
@@ -179,8 +175,8 @@ func testHandlerError(t *testing.T, s *suite) {
 	boom := errors.New("boom")
 	fail := true
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
-	ib.Register(contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, env inbox.Meta, payload json.RawMessage) error {
 		if fail {
 			return boom
 		}
@@ -208,10 +204,10 @@ func testHandlerError(t *testing.T, s *suite) {
 // blockingFirst returns a Handler that records an effect and, on its first call only,
 // signals entered and waits for release (holding the transaction and its key open),
 // then returns result.
-func blockingFirst(entered chan<- struct{}, release <-chan struct{}, result error) inbox.Handler {
+func blockingFirst(entered chan<- struct{}, release <-chan struct{}, result error) inbox.Handler[json.RawMessage] {
 	var once sync.Once
-	return func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-		if err := effect(1)(ctx, tx, env); err != nil {
+	return func(ctx context.Context, tx pgx.Tx, env inbox.Meta, payload json.RawMessage) error {
+		if err := effect(1)(ctx, tx, env, payload); err != nil {
 			return err
 		}
 		first := false
@@ -249,7 +245,7 @@ func (s *suite) concurrent(t *testing.T, firstResult error) (first, second outco
 	t.Helper()
 	entered, release := make(chan struct{}), make(chan struct{})
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, blockingFirst(entered, release, firstResult))
+	inbox.On(ib, contracts.EventOrderPlaced, blockingFirst(entered, release, firstResult))
 	env = envelope(t)
 
 	firstDone, secondDone := make(chan outcome, 1), make(chan outcome, 1)
@@ -302,7 +298,7 @@ func testConcurrentRollback(t *testing.T, s *suite) {
 func testRacing(t *testing.T, s *suite) {
 	const goroutines, events = 8, 30
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
 	envs := make([]contracts.Envelope, events)
 	for n := range envs {
 		envs[n] = envelope(t)
@@ -349,8 +345,8 @@ func testFailingAmongMany(t *testing.T, s *suite) {
 	}
 	bad := envs[events/2].EventID
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderPlaced, effect(1))
-	ib.Register(contracts.EventOrderPlaced, func(_ context.Context, _ pgx.Tx, env contracts.Envelope) error {
+	inbox.On(ib, contracts.EventOrderPlaced, effect(1))
+	inbox.On(ib, contracts.EventOrderPlaced, func(_ context.Context, _ pgx.Tx, env inbox.Meta, _ json.RawMessage) error {
 		if env.EventID == bad {
 			return boom
 		}
@@ -391,7 +387,7 @@ func testGroupHandler(t *testing.T, s *suite) {
 	}
 	bad := envs[events/3].EventID
 	ib := s.inbox("c", nil)
-	ib.RegisterGroup(contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, group []contracts.Envelope) error {
+	inbox.OnGroup(ib, contracts.EventOrderPlaced, func(ctx context.Context, tx pgx.Tx, group []inbox.Event[json.RawMessage]) error {
 		ids := make([]uuid.UUID, len(group))
 		for n, env := range group {
 			if env.EventID == bad {
@@ -427,8 +423,8 @@ func testGroupHandler(t *testing.T, s *suite) {
 
 func testConsumers(t *testing.T, s *suite) {
 	a, b := s.inbox("a", nil), s.inbox("b", nil)
-	a.Register(contracts.EventOrderPlaced, effect(1))
-	b.Register(contracts.EventOrderPlaced, effect(2))
+	inbox.On(a, contracts.EventOrderPlaced, effect(1))
+	inbox.On(b, contracts.EventOrderPlaced, effect(2))
 	env := envelope(t)
 	for _, ib := range []*inbox.Inbox{a, b, a, b} {
 		if _, err := ib.Process(s.ctx, env); err != nil {
@@ -445,7 +441,7 @@ func testConsumers(t *testing.T, s *suite) {
 
 func testUnprocessable(t *testing.T, s *suite) {
 	ib := s.inbox("c", nil)
-	ib.Register(contracts.EventOrderCancelled, effect(1))
+	inbox.On(ib, contracts.EventOrderCancelled, effect(1))
 
 	env := envelope(t) // order.order.placed.v1 has no handler
 	if _, err := ib.Process(s.ctx, env); !errors.Is(err, inbox.ErrNoHandler) {

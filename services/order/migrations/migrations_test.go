@@ -4,29 +4,27 @@ import (
 	"os"
 	"testing"
 
+	"example.com/shop/platform/migrate/migratetest"
 	"example.com/shop/services/order/migrations"
 )
 
-// platform/outbox tests its writer and relay on a copy of the outbox table
-// (platform may not import a service); this keeps the copy in step.
-func TestOutboxSchemaMatchesPlatformCopy(t *testing.T) {
-	const copyDir = "../../../platform/outbox/testdata/schema/"
-	for ours, theirs := range map[string]string{
-		"00002_outbox.sql":               "00001_outbox.sql",
-		"00030_outbox_partition_key.sql": "00030_outbox_partition_key.sql",
-		"00035_outbox_replays.sql":       "00035_outbox_replays.sql",
-		"00040_outbox_trace_context.sql": "00040_outbox_trace_context.sql",
-	} {
-		a, err := migrations.FS.ReadFile(ours)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(copyDir + theirs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(a) != string(b) {
-			t.Errorf("services/order/migrations/%s and platform/outbox/testdata/schema/%s differ; change both", ours, theirs)
-		}
-	}
+// TestUpgrade migrates a database as the release before the platform shipped its
+// tables left it (testdata/legacy: order's migrations of that release, unchanged)
+// and proves that Schema takes it to the schema of a fresh database, rows kept.
+func TestUpgrade(t *testing.T) {
+	t.Parallel()
+	migratetest.Upgrade(t, os.DirFS("testdata/legacy"), migrations.Schema, `
+INSERT INTO orders (id, customer_id, status, version, created_at, updated_at) VALUES
+       ('0190b6a4-8e2c-7000-8000-0000000000a1', gen_random_uuid(), 'placed', 2, now(), now()),
+       ('0190b6a4-8e2c-7000-8000-0000000000a2', gen_random_uuid(), 'draft', 1, now(), now());
+INSERT INTO order_line (order_id, product_id, quantity, line_no) VALUES
+       ('0190b6a4-8e2c-7000-8000-0000000000a1', gen_random_uuid(), 2.5, 0);
+INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at, aggregate_key, key_hash, replays, trace_context)
+VALUES ('0190b6a4-8e2c-7000-8000-000000000001', 'order.order.placed.v1', 'order.order.placed.v1', '{"event_id": "1"}',
+        now() - interval '1 hour', now(), '0190b6a4-8e2c-7000-8000-0000000000a1',
+        outbox_key_hash('0190b6a4-8e2c-7000-8000-0000000000a1'), 1, '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'),
+       ('0190b6a4-8e2c-7000-8000-000000000002', 'order.order.cancelled.v1', 'order.order.cancelled.v1', '{"event_id": "2"}',
+        now(), NULL, '0190b6a4-8e2c-7000-8000-0000000000a1', outbox_key_hash('0190b6a4-8e2c-7000-8000-0000000000a1'), 0, NULL);
+INSERT INTO processed_event (consumer, message_key, payload_sha256, result) VALUES
+       ('order-api', 'create 1', sha256('x'), '{"status": 201, "location": "/orders/0190b6a4-8e2c-7000-8000-0000000000a1"}');`)
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,15 +44,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}.Run(ctx, args, stdout)
 }
 
-// runServe serves the auditor until ctx ends: config and logger; the listener, which
-// answers /healthz, /metrics and a 503 /readyz and 503 problems until the database of
-// every service of the registry (contracts.Services) answers (pg.WaitPool each); then
-// the continuous audit of the order outbox against every consumer, and the full router. ctx's end stops the audit and starts a graceful HTTP shutdown bounded
-// by httpx.ShutdownTimeout (10 s).
+// runServe serves the auditor until ctx ends, through httpx.Starting.Run: config
+// and logger; the listener, which answers /healthz, /metrics and a 503 /readyz and
+// 503 problems until the database of every service of the registry
+// (contracts.Services) answers (pg.WaitPool each); then the continuous audit of the
+// order outbox against every consumer, and the full router. ctx's end stops the audit and starts a
+// graceful HTTP shutdown bounded by httpx.ShutdownTimeout (10 s).
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	env := config.NewEnv(getenv)
-	cfg := loadServeConfig(env)
-	err := env.Err()
+	cfg, err := config.Load(getenv, loadServeConfig)
 	if err != nil {
 		return err
 	}
@@ -74,35 +70,17 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 			pg.Close(p)
 		}
 	}()
-	var st atomic.Pointer[store.Store]
-	check := httpx.Pending("postgres", &st, (*store.Store).Ping)
-	handler := httpx.NewSwitch(httpx.StartingRouter(logger, reg, "starting: not connected to the databases yet", check))
-
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- httpx.ServeListener(ctx, ln, handler, logger)
-		cancel() // a server failure stops everything else too
-	}()
-	logger.InfoContext(ctx, "auditor listening", slog.String("addr", ln.Addr().String()))
-
 	// The broker is only read for dead-letter queue depths, on demand: the probe
 	// dials it then, so the auditor starts and audits without it.
 	pr := probe.New(cfg.MetricsURLs, cfg.AMQPURL)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		_ = pr.Close()
-	}()
-
-	err = func() (err error) {
+	defer func() { _ = pr.Close() }()
+	var st atomic.Pointer[store.Store]
+	check := httpx.Pending("postgres", &st, (*store.Store).Ping)
+	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to the databases yet", check)
+	if err != nil {
+		return err
+	}
+	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		// The auditor reads what each service's migrate command creates.
 		open := func(url, service string) (*pgxpool.Pool, error) {
 			p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
@@ -115,9 +93,11 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		// consumes shares its pool between the two.
 		services := map[string]*pgxpool.Pool{}
 		for _, svc := range contracts.Services() {
-			if services[svc.Name], err = open(cfg.Databases[svc.Name], svc.Name); err != nil {
-				return err
+			p, err := open(cfg.Databases[svc.Name], svc.Name)
+			if err != nil {
+				return nil, err
 			}
+			services[svc.Name] = p
 		}
 		consumers := map[string]*pgxpool.Pool{}
 		for _, c := range contracts.Consumers() {
@@ -127,35 +107,28 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		s := store.New(orderPool, consumers)
 		audit, err := auditor.New(s, auditor.Config{Interval: cfg.Interval, Grace: cfg.Grace, Window: cfg.Window}, reg, logger)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		st.Store(s)
-		wg.Go(func() { _ = audit.Run(ctx) })
 		router := httpx.NewRouter(logger, reg, check)
 		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, apidoc.OpenAPI, logger).Routes(router)
-		handler.Set(router)
-		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(ln.Addr())+"/"),
+		srv.Ready(router)
+		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(srv.Addr())+"/"),
 			slog.Int("databases", len(services)))
-		return nil
-	}()
-	if err != nil && ctx.Err() != nil {
-		err = nil // stopped while starting: a clean shutdown, unless HTTP failed
-	}
-	if err != nil {
-		cancel()
-	}
-	err = errors.Join(err, <-served)
+		return audit.Run, nil
+	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }
 
 // displayAddr turns a listen address such as [::]:8085 into one a browser opens.
-func displayAddr(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok || tcp.IP.IsUnspecified() {
-		if ok {
-			return fmt.Sprintf("localhost:%d", tcp.Port)
-		}
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
 	}
-	return a.String()
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "localhost:" + port
+	}
+	return addr
 }

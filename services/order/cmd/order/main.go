@@ -8,8 +8,9 @@
 //	                                       put the published events of a period back in line for the relay
 //
 // `order help` lists the commands, `order help <command>` a command's flags and the
-// environment variables it reads with their defaults (config.go, relay.go); run.go
-// and relay.go hold each command's life cycle.
+// environment variables it reads with their defaults. run.go holds serve's and
+// migrate's life cycle (config.go their variables); relay, purge-outbox and
+// replay-outbox are the producer commands of package producerapp, mounted in run.go.
 package main
 
 import (

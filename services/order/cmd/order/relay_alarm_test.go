@@ -25,7 +25,7 @@ import (
 // relay in the middle of a batch).
 func TestRelayExitsOnSIGTERMDuringAMemoryAlarm(t *testing.T) {
 	node := testkit.StartRabbitNode(t)
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	vars := map[string]string{
 		"ORDER_DATABASE_URL":  dbURL,
 		"AMQP_URL":            node.URL,

@@ -126,7 +126,7 @@ func unpublished(t *testing.T, pool *pgxpool.Pool) int {
 // without publishing anything more.
 func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	vars := map[string]string{
 		"ORDER_DATABASE_URL":  dbURL,
@@ -192,7 +192,7 @@ func TestRelayStandbyTakesOverFromAFrozenLeader(t *testing.T) {
 // queue before its cancelled.
 func TestRelayFrozenMidBatchSendsNothingAfterTheNewLeaderTookOver(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	vars := map[string]string{
 		"ORDER_DATABASE_URL": dbURL,

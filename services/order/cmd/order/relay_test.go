@@ -21,7 +21,7 @@ import (
 )
 
 // relayLogs collects the JSON logs of `order relay` and reports the address
-// of its "relay listening" line.
+// of its "http server listening" line.
 type relayLogs struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
@@ -37,7 +37,7 @@ func (l *relayLogs) Write(p []byte) (int, error) {
 			Msg  string `json:"msg"`
 			Addr string `json:"addr"`
 		}
-		if json.Unmarshal(line, &rec) == nil && rec.Msg == "relay listening" {
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "http server listening" {
 			select {
 			case l.addr <- rec.Addr:
 			default:
@@ -143,7 +143,7 @@ func startRelay(t *testing.T, vars map[string]string) (string, *relayLogs, func(
 
 func TestRelayCommandPublishesAndServesMetrics(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	id := insertOutboxRow(t, pool, time.Time{})
 	base, logs, stop := startRelay(t, map[string]string{
@@ -301,7 +301,7 @@ func TestPurgeOutboxCommand(t *testing.T) {
 		}
 	}
 
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	for _, c := range []struct{ olderThan, horizon string }{{"2m", ""}, {"167h", ""}, {"1h", "2h"}} {
 		err := run(t.Context(), []string{"order", "purge-outbox", "--older-than", c.olderThan},
 			env(map[string]string{"ORDER_DATABASE_URL": dbURL, "OUTBOX_REPLAY_HORIZON": c.horizon}), io.Discard, io.Discard)
@@ -350,7 +350,7 @@ func TestPurgeOutboxCommand(t *testing.T) {
 // RELAY_STALL_TIMEOUT has passed, and 200 again once the row is published.
 func TestRelayCommandReadyzReportsALeaderThatCannotPublish(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	base, logs, stop := startRelay(t, map[string]string{
 		"ORDER_DATABASE_URL":  dbURL,

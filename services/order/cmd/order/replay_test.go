@@ -22,7 +22,7 @@ import (
 func TestReplayOutboxCommand(t *testing.T) {
 	t.Parallel()
 	testkit.ApplySQLFile(t, "../../../../deploy/postgres/roles.sql")
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	ctx := t.Context()
 	day := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second)
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,6 +17,7 @@ import (
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/producerapp"
 	"example.com/shop/platform/telemetry"
 	"example.com/shop/services/order/internal/api"
 	"example.com/shop/services/order/internal/store"
@@ -26,12 +25,11 @@ import (
 )
 
 // Each process of the order service names itself in the service attribute of its
-// log lines; a one-shot command is named after its subcommand.
+// log lines; a one-shot command is named after its subcommand (the producer's
+// commands: order-relay, order-purge-outbox, order-replay-outbox).
 const (
 	serviceAPI     = "order-api"
-	serviceRelay   = "order-relay"
 	serviceMigrate = "order-migrate"
-	servicePurge   = "order-purge-outbox"
 )
 
 // service is the binary's name, and migrateCommand the command that creates the
@@ -41,53 +39,39 @@ const (
 	migrateCommand = service + " migrate"
 )
 
+// producer mounts the outbox's commands, relay, purge-outbox and
+// replay-outbox, for the order database (package producerapp).
+var producer = producerapp.Service{
+	Name:                service,
+	EnvPrefix:           "ORDER_",
+	DatabaseURL:         defaultDatabaseURL,
+	RelayHTTPAddr:       defaultRelayHTTPAddr,
+	IdempotencyConsumer: api.IdempotencyConsumer,
+}
+
 // run is the whole program: args are os.Args, getenv reads the environment,
 // command output goes to stdout and JSON logs to stderr. It returns when the
 // command is done or, for serve and relay, once ctx ends and everything has
 // shut down; a *cli.UsageError for a command line that cannot run. Each
-// subcommand reads its own configuration (config.go, relay.go).
+// subcommand reads its own configuration (config.go, package producerapp).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var (
-		olderThan time.Duration
-		replay    replayFlags
-	)
+	serve := cli.Command{
+		Name:    "serve",
+		Summary: "serve the order API on HTTP_ADDR with /healthz, /readyz and /metrics",
+		Env:     func(env *config.Env) { loadServeConfig(env) },
+		Run:     func(ctx context.Context, _ []string) error { return runServe(ctx, getenv, stderr) },
+	}
+	migrate := cli.Command{
+		Name:    "migrate",
+		Summary: "create the order database if missing and apply the embedded migrations",
+		Env:     func(env *config.Env) { loadMigrateConfig(env) },
+		Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stderr) },
+	}
 	return cli.Program{
 		Name:    service,
 		Summary: "the order service: orders over HTTP, their events through the outbox and its relay",
-		Commands: []cli.Command{{
-			Name:    "serve",
-			Summary: "serve the order API on HTTP_ADDR with /healthz, /readyz and /metrics",
-			Env:     func(env *config.Env) { loadServeConfig(env) },
-			Run:     func(ctx context.Context, _ []string) error { return runServe(ctx, getenv, stderr) },
-		}, {
-			Name:    "relay",
-			Summary: "publish the outbox to RabbitMQ (health and metrics on HTTP_ADDR)",
-			Env:     func(env *config.Env) { loadRelayConfig(env) },
-			Run:     func(ctx context.Context, _ []string) error { return runRelay(ctx, getenv, stderr) },
-		}, {
-			Name:    "migrate",
-			Summary: "create the order database if missing and apply the embedded migrations",
-			Env:     func(env *config.Env) { loadMigrateConfig(env) },
-			Run:     func(ctx context.Context, _ []string) error { return runMigrate(ctx, getenv, stderr) },
-		}, {
-			Name:    "purge-outbox",
-			Summary: "delete outbox rows published, and Idempotency-Keys used, longer ago than --older-than",
-			Flags: func(fs *flag.FlagSet) {
-				fs.DurationVar(&olderThan, "older-than", 0, "delete rows published longer ago than this `duration` (for example 168h); required")
-			},
-			Env: func(env *config.Env) { loadPurgeConfig(env) },
-			Run: func(ctx context.Context, _ []string) error {
-				return runPurgeOutbox(ctx, olderThan, getenv, stdout, stderr)
-			},
-		}, {
-			Name:    "replay-outbox",
-			Summary: "put published outbox rows of a period back in line for the relay (docs/architecture.md, rule 5)",
-			Flags:   replay.declare,
-			Env:     func(env *config.Env) { loadReplayConfig(env) },
-			Run: func(ctx context.Context, _ []string) error {
-				return runReplayOutbox(ctx, replay, getenv, stdout, stderr)
-			},
-		}},
+		Commands: []cli.Command{serve, producer.RelayCommand(getenv, stderr), migrate,
+			producer.PurgeOutboxCommand(getenv, stdout, stderr), producer.ReplayOutboxCommand(getenv, stdout, stderr)},
 	}.Run(ctx, args, stdout)
 }
 
@@ -129,7 +113,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
 			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
+				return migrate.Apply(ctx, cfg.DatabaseURL, migrations.Schema, logger)
 			}); err != nil {
 				return nil, err
 			}
@@ -161,5 +145,5 @@ func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Write
 	}
 	logger := logging.New(stderr, cfg.LogLevel, serviceMigrate)
 	logger.InfoContext(ctx, "migrating", slog.Any("config", cfg))
-	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.FS, logger)
+	return migrate.Apply(ctx, cfg.DatabaseURL, migrations.Schema, logger)
 }

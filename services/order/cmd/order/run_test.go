@@ -134,7 +134,7 @@ func call(t *testing.T, method, url, body string) (int, []byte) {
 
 func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url})
 
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -187,7 +187,7 @@ func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 
 func TestReadyzFailsWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	_, url := testkit.NewDatabase(t, migrations.FS)
+	_, url := testkit.NewDatabase(t, migrations.Schema)
 	base, _, _ := startServe(t, map[string]string{"ORDER_DATABASE_URL": url})
 	// Cut the service's connections off from the server: the readiness ping must fail.
 	admin, _ := testkit.NewDatabase(t, nil)

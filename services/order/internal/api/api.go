@@ -108,24 +108,29 @@ func validIdempotencyKey(k string) bool {
 // op's writes and its answer commit together; a request with the same key and
 // content gets the stored answer with Idempotent-Replayed: true, even when the
 // order changed since, and one with the same key and another content 422. An op
-// that fails stores nothing, so its retry runs again.
+// that fails stores nothing, so its retry runs again. A first request writes
+// op's answer as op built it; only a replay decodes the stored one.
 func (a *API) respond(w http.ResponseWriter, r *http.Request, key string, content []byte, op func(context.Context, store.Tx) (answer, error)) error {
 	var (
 		ans      answer
 		replayed bool
 		err      error
 	)
+	run := func(ctx context.Context, tx store.Tx) (any, error) {
+		var err error
+		ans, err = op(ctx, tx)
+		return ans, err
+	}
 	if key == "" {
 		err = a.store.InTx(r.Context(), func(ctx context.Context, tx store.Tx) error {
-			ans, err = op(ctx, tx)
+			_, err := run(ctx, tx)
 			return err
 		})
 	} else {
 		var out inbox.Outcome
-		out, err = a.store.Idempotent(r.Context(), a.idem, inbox.Message{Key: key, Content: content},
-			func(ctx context.Context, tx store.Tx) (any, error) { return op(ctx, tx) })
-		if err == nil {
-			replayed = out.Duplicate
+		out, err = a.store.Idempotent(r.Context(), a.idem, inbox.Message{Key: key, Content: content}, run)
+		if err == nil && out.Duplicate {
+			replayed = true
 			if err = json.Unmarshal(out.Result, &ans); err != nil {
 				err = fmt.Errorf("stored answer of Idempotency-Key %q: %w", key, err)
 			}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,7 +20,6 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/api"
@@ -51,7 +49,7 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...outbox.WriterOption) *env {
 	t.Helper()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	e := newEnvOn(t, pool, opts...)
 	e.url = url
 	return e
@@ -323,7 +321,7 @@ func TestConcurrentPlace(t *testing.T) {
 // transaction back.
 func TestSchemaFailureLeavesDraft(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
@@ -691,52 +689,6 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s{consumer=%q}", name, api.IdempotencyConsumer)
 	return 0
-}
-
-// An Idempotency-Key of POST /orders kept by order_idempotency before the inbox
-// existed still answers a retry with its order after the migration.
-func TestIdempotencyKeyFromBeforeTheInbox(t *testing.T) {
-	t.Parallel()
-	old := fstest.MapFS{}
-	for _, name := range []string{"00001_orders.sql", "00002_outbox.sql", "00003_idempotency.sql"} {
-		b, err := migrations.FS.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: b}
-	}
-	pool, url := testkit.NewDatabase(t, old)
-	ctx := testkit.Context(t)
-	id, customer, product := uuid.Must(uuid.NewV7()), uuid.New(), uuid.New()
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO orders (id, customer_id, status, version, created_at, updated_at)
-VALUES ($1, $2, 'draft', 1, '2026-11-30 10:00:00.123+00', '2026-11-30 10:00:00.123+00')`, []any{id, customer}},
-		{`INSERT INTO order_line (order_id, product_id, quantity, line_no) VALUES ($1, $2, 2, 0)`, []any{id, product}},
-		{`INSERT INTO order_idempotency (key, request_hash, order_id) VALUES ('old-key', '\x00', $1)`, []any{id}},
-	} {
-		if _, err := pool.Exec(ctx, q.sql, q.args...); err != nil {
-			t.Fatalf("old schema rows: %v", err)
-		}
-	}
-	if _, err := migrate.Up(ctx, url, migrations.FS); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	pool.Reset()
-	e := newEnvOn(t, pool)
-	r := e.do(t, http.MethodPost, "/orders", "application/json", []byte(createBody(customer, "2")), map[string]string{"Idempotency-Key": "old-key"})
-	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || r.header.Get("Location") != "/orders/"+id.String() {
-		t.Fatalf("retry with a key from before the migration: %d %v %s", r.status, r.header, r.body)
-	}
-	got, want := decodeOrder(t, r), decodeOrder(t, e.do(t, http.MethodGet, "/orders/"+id.String(), "", nil, nil))
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("replayed order %+v, want %+v", got, want)
-	}
-	if n := e.count(t, "orders"); n != 1 {
-		t.Errorf("orders = %d, want 1", n)
-	}
 }
 
 // Every value at fault is reported at once, each at its JSON Pointer.

@@ -48,7 +48,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // including the problem type of each status.
 func TestResponsesMatchOpenAPI(t *testing.T) {
 	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ const benchClients = 8
 // the timer starts. It reports orders/s.
 func BenchmarkPlace(b *testing.B) {
 	ctx := context.Background()
-	_, dbURL := testkit.NewDatabase(b, migrations.FS)
+	_, dbURL := testkit.NewDatabase(b, migrations.Schema)
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		b.Fatal(err)

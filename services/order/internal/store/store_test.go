@@ -35,7 +35,7 @@ func validator(t testing.TB) *contracts.Validator {
 
 func newStore(t testing.TB, opts ...outbox.WriterOption) (*store.Store, *pgxpool.Pool) {
 	t.Helper()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	return store.New(pool, outbox.NewWriter(validator(t), contracts.ProducerOrder, opts...)), pool
 }
 
@@ -217,7 +217,7 @@ func TestSchemaFailureRollsBackPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// An empty producer breaks the envelope schema.
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool, outbox.NewWriter(validator(t), ""))
 	o := draft(t)
 	if err := s.Create(ctx, o); err != nil {
@@ -448,7 +448,7 @@ func TestOutboxInsertNotifies(t *testing.T) {
 	t.Parallel()
 	ctx, cancelCtx := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelCtx()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool, outbox.NewWriter(validator(t), contracts.ProducerOrder))
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

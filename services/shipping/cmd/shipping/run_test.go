@@ -37,7 +37,7 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":6}`) {
+	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":5}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := servetest.Start(t, run, "shipping", vars)
@@ -119,7 +119,7 @@ func TestServeWaitsForTheDatabase(t *testing.T) {
 // below INBOX_MIN_RETENTION.
 func TestPurgeInbox(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
 		('shipping', $1, now() - interval '300 hours'),

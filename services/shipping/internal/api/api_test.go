@@ -46,7 +46,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // alike, must also match api/openapi.yaml (openapitest checks status, headers and body).
 func TestAPI(t *testing.T) {
 	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
 		api.NewHandler(api.New(store.New(pool), nil), nil, metrics.NewRegistry()))
 

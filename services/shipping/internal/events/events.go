@@ -5,7 +5,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,17 +26,17 @@ const Consumer = contracts.ConsumerShipping
 // store.ApplyStatus (docs/architecture.md, rule 4), and when it wins brings the
 // order's shipment in step (placed -> ready, cancelled -> cancelled, created when
 // missing). Stale events are logged to logger at info level (nil discards) and
-// acknowledged: they are not failures. A payload that does not decode, or a change
-// that can never apply, is an error wrapping inbox.ErrPermanent (dead-lettered at
-// once); a database error is returned as it is, for the inbox to retry or to wait
-// out (rule 3).
+// acknowledged: they are not failures. A change that can never apply is an error
+// wrapping inbox.ErrPermanent (dead-lettered at once; the inbox does the same for a
+// payload that does not decode); a database error is returned as it is, for the
+// inbox to retry or to wait out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := handlers{logger: logger}
-	in.Register(contracts.EventOrderPlaced, h.placed)
-	in.Register(contracts.EventOrderCancelled, h.cancelled)
+	inbox.On(in, contracts.EventOrderPlaced, h.placed)
+	inbox.On(in, contracts.EventOrderCancelled, h.cancelled)
 }
 
 type handlers struct {
@@ -46,12 +45,8 @@ type handlers struct {
 
 // placed records the status placed and makes the order's shipment ready when the
 // event's version wins.
-func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.OrderPlaced
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
-	}
-	won, err := h.apply(ctx, tx, env, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusPlaced, Version: p.Version})
+func (h handlers) placed(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.OrderPlaced) error {
+	won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusPlaced, Version: p.Version})
 	if err != nil || !won {
 		return err
 	}
@@ -60,12 +55,8 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, env contracts.Envelope)
 
 // cancelled records the status cancelled and cancels the order's shipment when the
 // event's version wins.
-func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelope) error {
-	var p contracts.OrderCancelled
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err)
-	}
-	won, err := h.apply(ctx, tx, env, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusCancelled, Version: p.Version})
+func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.OrderCancelled) error {
+	won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusCancelled, Version: p.Version})
 	if err != nil || !won {
 		return err
 	}
@@ -73,19 +64,19 @@ func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, env contracts.Envelo
 }
 
 // apply runs store.ApplyStatus for c and reports whether c won. Only the payload
-// version orders changes; env.EventID and env.OccurredAt play no part.
-func (h handlers) apply(ctx context.Context, tx pgx.Tx, env contracts.Envelope, c shipping.StatusChange) (bool, error) {
+// version orders changes; the event's id and occurred_at play no part.
+func (h handlers) apply(ctx context.Context, tx pgx.Tx, m inbox.Meta, c shipping.StatusChange) (bool, error) {
 	applied, err := store.ApplyStatus(ctx, tx, c)
 	if errors.Is(err, shipping.ErrInvalidChange) {
-		return false, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err)
+		return false, fmt.Errorf("%s: %w: %w", m.EventName, inbox.ErrPermanent, err)
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", env.EventName, err)
+		return false, fmt.Errorf("%s: %w", m.EventName, err)
 	}
 	if !applied {
-		logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
+		logging.WithEvent(h.logger, m.EventID.String(), m.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
 			"stale order event ignored: a version at least as new is already recorded",
-			slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
+			slog.String("event_name", m.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
 	}
 	return applied, nil
 }

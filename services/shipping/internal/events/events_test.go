@@ -104,7 +104,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := testkit.Context(t)
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	topo := testTopology(t)
 
 	dialCtx, cancel := context.WithTimeout(ctx, waitFor)
@@ -130,7 +130,7 @@ func newRig(t *testing.T) *rig {
 		return err
 	}
 	q := topo.Queues[0]
-	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{Queue: q.Name, Name: events.Consumer, RetryDelays: q.RetryDelays}, h, logger, reg)
+	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{Queue: q.Name, DeadLetterQueue: q.DeadLetterQueue, Name: events.Consumer, RetryDelays: q.RetryDelays}, h, logger, reg)
 	if err != nil {
 		t.Fatalf("new consumer: %v", err)
 	}

@@ -24,7 +24,7 @@ import (
 func TestConcurrentChangesKeepTheShipmentInStep(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func TestApplyStatus(t *testing.T) {
 		{"the same change twice applies once", []step{{shipping.StatusPlaced, 2, true}, {shipping.StatusPlaced, 2, false}}, shipping.StatusPlaced, 2},
 		{"a newer placed after cancelled wins", []step{{shipping.StatusCancelled, 2, true}, {shipping.StatusPlaced, 3, true}}, shipping.StatusPlaced, 3},
 	}
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -87,7 +87,7 @@ func TestApplyStatus(t *testing.T) {
 
 func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	for _, c := range []shipping.StatusChange{
 		{OrderID: uuid.Nil, Status: shipping.StatusPlaced, Version: 1},
 		{OrderID: uuid.New(), Status: shipping.StatusPlaced, Version: 0},
@@ -114,7 +114,7 @@ func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 // concurrent transactions: the highest version must win.
 func TestApplyStatusConcurrent(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	const n = 20
 	for round := range 5 {
 		orderID := uuid.New()
@@ -150,7 +150,7 @@ func TestApplyStatusConcurrent(t *testing.T) {
 // to another status and keeps its id and created_at.
 func TestSetShipment(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	s := store.New(pool)
 	orderID := uuid.New()
@@ -186,7 +186,7 @@ func TestSetShipment(t *testing.T) {
 
 func TestNotFound(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	s := store.New(pool)
 	ctx := testkit.Context(t)
 	if _, err := s.OrderStatus(ctx, uuid.New()); !errors.Is(err, shipping.ErrNotFound) {

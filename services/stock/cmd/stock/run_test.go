@@ -65,7 +65,7 @@ func TestServe(t *testing.T) {
 				"STOCK_INBOX_GROUP":  group,
 				"STOCK_RETRY_DELAYS": "50ms,100ms",
 			}
-			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":6}`) {
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":5}`) {
 				t.Errorf("migrate said %q", out)
 			}
 			srv := servetest.Start(t, run, "stock", vars)
@@ -156,8 +156,8 @@ func TestMigrate(t *testing.T) {
 	vars := map[string]string{"STOCK_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
 	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
 	got := servetest.Migrate(t, run, "stock", vars)
-	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","version":1,`,
-		`"version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":6}`} {
+	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","set":"inbox","version":1,`,
+		`"set":"dead_letter","version":1,`, `"set":"stock","version":2,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":5}`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("first migrate logged %s, want %s", got, want)
 		}
@@ -176,7 +176,7 @@ func TestMigrate(t *testing.T) {
 // horizon below INBOX_MIN_RETENTION, a missing one and bad arguments.
 func TestPurgeInbox(t *testing.T) {
 	t.Parallel()
-	pool, dbURL := testkit.NewDatabase(t, migrations.FS)
+	pool, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	// Two old keys and one recent key of stock, one old key of another consumer.
 	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
@@ -304,7 +304,7 @@ func TestBadSettingsAreNamed(t *testing.T) {
 func TestDLQReplayDryRunRunsTheConsumersCheck(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	_, dbURL := testkit.NewDatabase(t, migrations.FS)
+	_, dbURL := testkit.NewDatabase(t, migrations.Schema)
 	amqpURL := testkit.NewVhost(t)
 	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
 	conn, err := amqp.DialOptions(ctx, amqpURL, amqp.EventTopology(amqp.ConsumerQueue(consumer, []time.Duration{time.Second})),

@@ -53,7 +53,7 @@ type reservationJSON struct {
 // outage. Every answer must also match api/openapi.yaml (openapitest).
 func TestGetReservations(t *testing.T) {
 	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.FS)
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
 		api.NewHandler(api.New(store.New(pool), nil), nil, prometheus.NewRegistry()))

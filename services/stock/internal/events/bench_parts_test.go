@@ -29,7 +29,7 @@ func BenchmarkInboxOnly(b *testing.B) {
 		workers := c.workers
 		b.Run(fmt.Sprintf("workers=%d/group=%dx%d", c.workers, c.batch, c.tx), func(b *testing.B) {
 			s := &system{t: b, ctx: testkit.Context(b)}
-			_, url := testkit.NewDatabase(b, migrations.FS)
+			_, url := testkit.NewDatabase(b, migrations.Schema)
 			pool, err := pg.NewPool(s.ctx, fmt.Sprintf("%s%spool_max_conns=%d", url, sep(url), min(workers, 16)+4))
 			if err != nil {
 				b.Fatal(err)

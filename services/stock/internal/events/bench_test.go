@@ -37,7 +37,7 @@ func benchmarkConsumer(b *testing.B, workers, prefetch int, opts ...inbox.Option
 	s := newSystem(b)
 	s.logger = logging.New(io.Discard, slog.LevelInfo, "stock")
 	// The service's own pool sizing: one connection per worker and some spare.
-	_, url := testkit.NewDatabase(b, migrations.FS)
+	_, url := testkit.NewDatabase(b, migrations.Schema)
 	pool, err := pg.NewPool(s.ctx, fmt.Sprintf("%s%spool_max_conns=%d", url, sep(url), min(workers, 16)+4))
 	if err != nil {
 		b.Fatal(err)

@@ -67,7 +67,7 @@ func TestHandlerFailsOnceThenTheRetrySucceeds(t *testing.T) {
 		// Registered after the stock handler: its failure rolls back the reservations
 		// the stock handler has just written, and the key with them.
 		extra: func(ib *inbox.Inbox) {
-			ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error {
+			inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error {
 				if calls.Add(1) == 1 {
 					return errHook
 				}
@@ -312,7 +312,7 @@ func TestAlwaysFailingHandlerIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	s.startConsumer(consumerOptions{
 		maxAttempts: maxAttempts,
 		extra: func(ib *inbox.Inbox) {
-			ib.Register(contracts.EventOrderPlaced, func(context.Context, pgx.Tx, contracts.Envelope) error { return errHook })
+			inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error { return errHook })
 		},
 		wrap: func(next amqp.HandlerFunc) amqp.HandlerFunc {
 			return func(ctx context.Context, d amqp.Delivery) error {

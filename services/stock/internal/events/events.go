@@ -5,7 +5,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -27,16 +26,17 @@ const Consumer = contracts.ConsumerStock
 // group commit, the events of one name in a group are applied by a few set-based
 // statements (store.ApplyPlaced, store.ApplyCancelled). Stale events are logged to
 // logger at info level (nil discards) and acknowledged: they are not failures. A
-// payload that does not decode, or a change that can never apply, fails its event
-// alone with an error wrapping inbox.ErrPermanent (dead-lettered at once); a database
-// error is returned as it is, for the inbox to retry or to wait out (rule 3).
+// change that can never apply fails its event alone with an error wrapping
+// inbox.ErrPermanent (dead-lettered at once; the inbox does the same for a payload
+// that does not decode); a database error is returned as it is, for the inbox to
+// retry or to wait out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := handlers{logger: logger}
-	in.RegisterGroup(contracts.EventOrderPlaced, h.placed)
-	in.RegisterGroup(contracts.EventOrderCancelled, h.cancelled)
+	inbox.OnGroup(in, contracts.EventOrderPlaced, h.placed)
+	inbox.OnGroup(in, contracts.EventOrderCancelled, h.cancelled)
 }
 
 type handlers struct {
@@ -46,22 +46,18 @@ type handlers struct {
 // placed reserves each line of each order (one reservation row per line, UUID v7 ids)
 // whose event's version wins; a stale event (its order already cancelled at a newer
 // version) reserves nothing.
-func (h handlers) placed(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error {
-	ps := make([]store.Placed, len(envs))
-	for n, env := range envs {
-		var p contracts.OrderPlaced
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return inbox.EventFailed(n, fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err))
-		}
-		c := stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusPlaced, Version: p.Version}
+func (h handlers) placed(ctx context.Context, tx pgx.Tx, events []inbox.Event[contracts.OrderPlaced]) error {
+	ps := make([]store.Placed, len(events))
+	for n, e := range events {
+		c := stock.StatusChange{OrderID: e.Payload.OrderID, Status: stock.StatusPlaced, Version: e.Payload.Version}
 		if err := c.Validate(); err != nil {
-			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err))
+			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", e.EventName, inbox.ErrPermanent, err))
 		}
-		lines := make([]stock.Line, len(p.Lines))
-		for k, l := range p.Lines {
+		lines := make([]stock.Line, len(e.Payload.Lines))
+		for k, l := range e.Payload.Lines {
 			lines[k] = stock.Line{ProductID: l.ProductID, Quantity: l.Quantity}
 		}
-		rs, err := stock.Reserve(p.OrderID, lines)
+		rs, err := stock.Reserve(e.Payload.OrderID, lines)
 		if err != nil {
 			return inbox.EventFailed(n, err)
 		}
@@ -73,7 +69,7 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, envs []contracts.Envelo
 	}
 	for n, w := range won {
 		if !w {
-			h.stale(ctx, envs[n], ps[n].Change)
+			h.stale(ctx, events[n].Meta, ps[n].Change)
 		}
 	}
 	return nil
@@ -81,16 +77,12 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, envs []contracts.Envelo
 
 // cancelled releases the reservations of each order (marks them released) whose
 // event's version wins.
-func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, envs []contracts.Envelope) error {
-	cs := make([]stock.StatusChange, len(envs))
-	for n, env := range envs {
-		var p contracts.OrderCancelled
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return inbox.EventFailed(n, fmt.Errorf("decode %s payload: %w: %w", env.EventName, inbox.ErrPermanent, err))
-		}
-		cs[n] = stock.StatusChange{OrderID: p.OrderID, Status: stock.StatusCancelled, Version: p.Version}
+func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, events []inbox.Event[contracts.OrderCancelled]) error {
+	cs := make([]stock.StatusChange, len(events))
+	for n, e := range events {
+		cs[n] = stock.StatusChange{OrderID: e.Payload.OrderID, Status: stock.StatusCancelled, Version: e.Payload.Version}
 		if err := cs[n].Validate(); err != nil {
-			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", env.EventName, inbox.ErrPermanent, err))
+			return inbox.EventFailed(n, fmt.Errorf("%s: %w: %w", e.EventName, inbox.ErrPermanent, err))
 		}
 	}
 	won, err := store.ApplyCancelled(ctx, tx, cs)
@@ -99,16 +91,16 @@ func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, envs []contracts.Env
 	}
 	for n, w := range won {
 		if !w {
-			h.stale(ctx, envs[n], cs[n])
+			h.stale(ctx, events[n].Meta, cs[n])
 		}
 	}
 	return nil
 }
 
 // stale logs an event whose change lost to a version at least as new. Only the
-// payload version orders changes; env.EventID and env.OccurredAt play no part.
-func (h handlers) stale(ctx context.Context, env contracts.Envelope, c stock.StatusChange) {
-	logging.WithEvent(h.logger, env.EventID.String(), env.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
+// payload version orders changes; the event's id and occurred_at play no part.
+func (h handlers) stale(ctx context.Context, m inbox.Meta, c stock.StatusChange) {
+	logging.WithEvent(h.logger, m.EventID.String(), m.CorrelationID).LogAttrs(ctx, slog.LevelInfo,
 		"stale order event ignored: a version at least as new is already recorded",
-		slog.String("event_name", env.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
+		slog.String("event_name", m.EventName), slog.String("order_id", c.OrderID.String()), slog.Int("version", c.Version))
 }

@@ -48,7 +48,7 @@ type system struct {
 func newSystem(t testing.TB) *system {
 	t.Helper()
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func (s *system) startConsumer(opt consumerOptions) {
 		h = opt.wrap(h)
 	}
 	c, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
-		Queue: contracts.QueueStock, Name: events.Consumer,
+		Queue: contracts.QueueStock, DeadLetterQueue: contracts.QueueStockDLQ, Name: events.Consumer,
 		Workers: opt.workers, Prefetch: opt.prefetch, MaxAttempts: opt.maxAttempts,
 		RetryDelays: testDelays,
 	}, h, s.logger, reg)

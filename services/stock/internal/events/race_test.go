@@ -25,7 +25,7 @@ func TestConcurrentPlaceAndCancelHoldNothing(t *testing.T) {
 func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 	t.Parallel()
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	v, err := contracts.NewValidator()
 	if err != nil {
 		t.Fatal(err)

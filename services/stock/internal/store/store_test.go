@@ -70,7 +70,7 @@ func TestApplyStatus(t *testing.T) {
 		{"the same change twice applies once", []step{{stock.StatusPlaced, 2, true}, {stock.StatusPlaced, 2, false}}, stock.StatusPlaced, 2},
 		{"a newer placed after cancelled wins", []step{{stock.StatusCancelled, 2, true}, {stock.StatusPlaced, 3, true}}, stock.StatusPlaced, 3},
 	}
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -88,7 +88,7 @@ func TestApplyStatus(t *testing.T) {
 
 func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	for _, c := range []stock.StatusChange{
 		{OrderID: uuid.Nil, Status: stock.StatusPlaced, Version: 1},
 		{OrderID: uuid.New(), Status: stock.StatusPlaced, Version: 0},
@@ -115,7 +115,7 @@ func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 // concurrent transactions: the highest version must win.
 func TestApplyStatusConcurrent(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	const n = 20
 	for round := range 5 {
 		orderID := uuid.New()
@@ -152,7 +152,7 @@ func TestApplyStatusConcurrent(t *testing.T) {
 // changes nothing), and an order with none reads as empty.
 func TestReserveAndRelease(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	s := store.New(pool)
 	orderID := uuid.New()
@@ -214,7 +214,7 @@ func TestReserveAndRelease(t *testing.T) {
 // only when it wins, and a winning cancel releases what is held.
 func TestApplyPlacedAndCancelledForManyOrders(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewDatabase(t, migrations.FS)
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	s := store.New(pool)
 	fresh, stale, twice, other := uuid.New(), uuid.New(), uuid.New(), uuid.New()

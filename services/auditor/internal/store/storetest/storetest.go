@@ -1,6 +1,7 @@
 // Package storetest gives the auditor's tests the three databases it reads, migrated
-// with the services' own migration files, read from the repository rather than
-// imported (services do not import each other).
+// with the platform's tables each service uses and the service's own migration
+// files, read from the repository rather than imported (services do not import each
+// other).
 package storetest
 
 import (
@@ -13,6 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/platform/dlq"
+	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/migrate"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 )
 
@@ -30,10 +35,24 @@ func (s sqlFiles) ReadDir(name string) ([]fs.DirEntry, error) {
 	return out, err
 }
 
-// Migrations returns the migrations folder of service ("order", "stock", "shipping").
-func Migrations(service string) fs.FS {
+// Schema returns the schema of service ("order", "stock", "shipping") as its
+// migrations.Schema lists it: the platform's parts it uses, then its migrations folder.
+func Schema(service string) migrate.Schema {
 	_, file, _, _ := runtime.Caller(0)
-	return sqlFiles{os.DirFS(filepath.Join(filepath.Dir(file), "..", "..", "..", "..", service, "migrations"))}
+	own := migrate.Set{Name: service, FS: sqlFiles{os.DirFS(filepath.Join(filepath.Dir(file), "..", "..", "..", "..", service, "migrations"))}}
+	if service == "order" {
+		return migrate.Schema{
+			outbox.Migrations(outbox.Roles{Writer: "order_api", Relay: "order_relay", Maintenance: "order_maintenance"}),
+			inbox.Migrations(inbox.Roles{App: "order_api", Maintenance: "order_maintenance"}),
+			own,
+		}
+	}
+	app, maintenance := service+"_app", service+"_maintenance"
+	return migrate.Schema{
+		inbox.Migrations(inbox.Roles{App: app, Maintenance: maintenance}),
+		dlq.Migrations(dlq.Roles{App: app, Maintenance: maintenance}),
+		own,
+	}
 }
 
 // Database is one migrated test database.
@@ -46,7 +65,7 @@ type Database struct {
 func New(t testing.TB) (order, stock, shipping Database) {
 	t.Helper()
 	db := func(service string) Database {
-		p, u := testkit.NewDatabase(t, Migrations(service))
+		p, u := testkit.NewDatabase(t, Schema(service))
 		return Database{Pool: p, URL: u}
 	}
 	return db("order"), db("stock"), db("shipping")

@@ -3,9 +3,13 @@
 -- message in its dead-letter queue always has its row; a crash in between leaves at
 -- worst a row for a message that is still in its queue and comes again.
 -- `dlq replay` and `dlq drop` set resolved_at and resolution.
+-- The service's roles fill the placeholders (dlq.Roles): app records dead letters,
+-- maintenance runs dlq and resolves them. A service that created dead_letter with
+-- its own migrations, before the platform shipped it, keeps its table and rows (IF
+-- NOT EXISTS); its privileges are set anew.
 
 -- +goose Up
-CREATE TABLE dead_letter (
+CREATE TABLE IF NOT EXISTS dead_letter (
     id               bigserial   PRIMARY KEY,
     consumer         text        NOT NULL,
     -- The event_id as text for an event envelope; for a message without a
@@ -22,8 +26,14 @@ CREATE TABLE dead_letter (
     CHECK ((resolved_at IS NULL) = (resolution IS NULL))
 );
 
-CREATE INDEX dead_letter_key_idx ON dead_letter (consumer, message_key);
-CREATE INDEX dead_letter_open_idx ON dead_letter (consumer, dead_lettered_at) WHERE resolved_at IS NULL;
+CREATE INDEX IF NOT EXISTS dead_letter_key_idx ON dead_letter (consumer, message_key);
+CREATE INDEX IF NOT EXISTS dead_letter_open_idx ON dead_letter (consumer, dead_lettered_at) WHERE resolved_at IS NULL;
+
+REVOKE ALL ON dead_letter FROM {{.app}}, {{.maintenance}};
+REVOKE ALL ON SEQUENCE dead_letter_id_seq FROM {{.app}}, {{.maintenance}};
+GRANT SELECT, INSERT ON dead_letter TO {{.app}};
+GRANT USAGE ON SEQUENCE dead_letter_id_seq TO {{.app}};
+GRANT SELECT, UPDATE (resolved_at, resolution) ON dead_letter TO {{.maintenance}};
 
 -- +goose Down
 DROP TABLE dead_letter;
