@@ -4,9 +4,12 @@
 # 127.0.0.1:3306 (override with the variables in README.md).
 
 GO        ?= go
-PKGS      := ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/... ./e2e/...
-MODULES   := contracts platform integrations/watermillinbox services/order services/stock services/shipping services/auditor e2e
-BINARIES  := order stock shipping auditor
+# The lists follow the repository: every module of go.work, every binary
+# services/<name>/cmd/<name> (e2e/registry_test.go checks both against the
+# registry in contracts). A new service needs no edit here.
+MODULES   := $(shell sed -n 's|^[[:space:]]*\./||p' go.work)
+PKGS      := $(addprefix ./,$(addsuffix /...,$(MODULES)))
+CMDS      := $(wildcard services/*/cmd/*)
 # gotestsum runs `go test` and prints each test as it ends, then a summary
 # ("DONE 512 tests, 1 failure in 300.1s"); pinned, fetched through the Go
 # module proxy on first use. TEST_FORMAT=pkgname prints one line per package.
@@ -15,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy
+.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy tools
 
 all: lint test
 
@@ -23,22 +26,40 @@ all: lint test
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X example.com/shop/platform/cli.version=$(VERSION)
 
-## build: compile bin/order, bin/stock, bin/shipping and bin/auditor
+## build: compile bin/<name> for every services/<name>/cmd/<name> (order, stock, shipping, auditor)
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./services/order/cmd/order ./services/stock/cmd/stock ./services/shipping/cmd/shipping ./services/auditor/cmd/auditor
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./,$(CMDS))
 
-## test: lint, then every unit, integration and end-to-end test with the race detector
-test: lint build
+## test: the tools, lint, then every unit, integration and end-to-end test with the race detector
+test: tools lint build
 	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 25m $(PKGS)
 
 ## unit: the same tests without the end-to-end suite
 unit:
-	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m ./contracts/... ./platform/... ./integrations/watermillinbox/... ./services/order/... ./services/stock/... ./services/shipping/... ./services/auditor/...
+	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 15m $(filter-out ./e2e/...,$(PKGS))
 
 ## e2e: the end-to-end suite on the real binaries
-e2e: build
+e2e: tools build
 	$(GO) test -race -count=1 -timeout 15m -v ./e2e/...
+
+## tools: what the tests need besides Go and the servers, both system packages:
+## Chromium (the live page's tests) and promtool (the alert rules' tests). Installed
+## when make runs as root on Debian or Ubuntu, else make stops and prints the command.
+tools:
+	@missing=; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  command -v google-chrome >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing:$$missing (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+	  echo "The tests need Chromium and promtool. Install them, then run make test again:" >&2; \
+	  echo "  sudo apt-get install -y$$missing    (Debian, Ubuntu)" >&2; \
+	  exit 1; \
+	fi
 
 ## lint: gofmt and go vet over every module
 lint:

@@ -1,6 +1,7 @@
 package contracts_test
 
 import (
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -147,7 +148,8 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 		}
 	}
 
-	// Operations: the relay sends every event, every consumer receives from its queue.
+	// Operations: each producer's relay sends its events, each consumer receives from its
+	// queue, and nothing else.
 	sends, receives := map[string]bool{}, map[string]bool{}
 	for name, op := range doc.Operations {
 		key, _ := strings.CutPrefix(op.Channel.Ref, "#/channels/")
@@ -163,15 +165,20 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 			receives[ch.Address] = true
 		}
 	}
-	for _, e := range contracts.EventNames() {
-		if !sends[e] {
-			t.Errorf("no send operation for %s", e)
+	wantSends, wantReceives := map[string]bool{}, map[string]bool{}
+	for _, p := range contracts.Producers() {
+		for _, e := range p.Events {
+			wantSends[e] = true
 		}
 	}
 	for _, c := range contracts.Consumers() {
-		if !receives[c.Queue] {
-			t.Errorf("no receive operation for %s", c.Queue)
-		}
+		wantReceives[c.Queue] = true
+	}
+	if !maps.Equal(sends, wantSends) {
+		t.Errorf("send operations on %v, want one per event of the registry's producers %v", keysOf(sends), keysOf(wantSends))
+	}
+	if !maps.Equal(receives, wantReceives) {
+		t.Errorf("receive operations on %v, want one per queue of the registry's consumers %v", keysOf(receives), keysOf(wantReceives))
 	}
 
 	// Messages: the envelope schema with the event's payload schema, both files
@@ -214,4 +221,9 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 	if !slices.Equal(sorted(h.Required), sorted(contracts.CloudEventsHeaders())) {
 		t.Errorf("required headers %v, want the CloudEvents ones %v", h.Required, contracts.CloudEventsHeaders())
 	}
+}
+
+// keysOf returns m's keys, sorted.
+func keysOf(m map[string]bool) []string {
+	return slices.Sorted(maps.Keys(m))
 }

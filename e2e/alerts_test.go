@@ -6,15 +6,15 @@ import (
 	"testing"
 )
 
-// TestAlertRules checks deploy/prometheus/alerts.yaml with promtool (Debian package
-// prometheus; .ci/run installs it) and runs its unit tests,
+// TestAlertRules checks deploy/prometheus/alerts.yaml with promtool (on PATH; make
+// test installs Debian's prometheus package for it) and runs its unit tests,
 // deploy/prometheus/alerts_test.yaml, which show every alert firing on a bad series
-// and silent on a healthy one. Without promtool on PATH the test fails.
+// and silent on a healthy one. Without promtool the test fails.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Fatalf("promtool is not on PATH (%v): install it (apt-get install prometheus) to test the alert rules", err)
+		t.Fatalf("no promtool on PATH (%v): run make tools, or apt-get install prometheus", err)
 	}
 	for _, args := range [][]string{
 		{"check", "rules", "alerts.yaml"},

@@ -23,8 +23,8 @@ func auditorEnv() map[string][]string {
 }
 
 // newBrowser starts a headless Chromium for the test and returns its context. The
-// test fails, never skips, when Chromium is not installed (.ci/run installs the
-// Debian package chromium).
+// test fails, never skips, when Chromium is not installed (make test installs the
+// Debian package chromium when it runs as root, and otherwise names the command).
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	var path string

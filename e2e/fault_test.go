@@ -107,10 +107,10 @@ func TestFaultNetwork(t *testing.T) {
 		proxy, name string
 		apply       func(*testing.T, string)
 	}{
-		{"relay-amqp", "timeout", toxic("timeout", map[string]any{"timeout": 0})},
-		{"relay-pg", "reset_peer", toxic("reset_peer", map[string]any{"timeout": 0})},
-		{"relay-amqp", "latency", toxic("latency", map[string]any{"latency": 1500, "jitter": 500})},
-		{"relay-pg", "bandwidth0", toxic("bandwidth", map[string]any{"rate": 0})},
+		{"order-relay-amqp", "timeout", toxic("timeout", map[string]any{"timeout": 0})},
+		{"order-relay-pg", "reset_peer", toxic("reset_peer", map[string]any{"timeout": 0})},
+		{"order-relay-amqp", "latency", toxic("latency", map[string]any{"latency": 1500, "jitter": 500})},
+		{"order-relay-pg", "bandwidth0", toxic("bandwidth", map[string]any{"rate": 0})},
 		{"stock-amqp", "cut", cut},
 		{"stock-pg", "latency", toxic("latency", map[string]any{"latency": 500, "jitter": 200})},
 		{"stock-pg", "reset_peer", toxic("reset_peer", map[string]any{"timeout": 0})},
@@ -355,7 +355,7 @@ func pausedListener(t *testing.T, r *fault.Rig) {
 			t.Fatal(err)
 		}
 		var removes []func()
-		for _, p := range []string{"order-pg", "relay-pg", "standby-pg"} {
+		for _, p := range []string{"order-pg", "order-relay-pg", "standby-pg"} {
 			remove, err := r.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
 			if err != nil {
 				t.Fatal(err)
@@ -542,7 +542,7 @@ func frozenLeader(t *testing.T, r *fault.Rig) {
 func signals(sig string, seed uint64) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		rng := rand.New(rand.NewPCG(seed, uint64(len(sig))))
-		order := []string{"order", "relay", "standby", "stock", "shipping"}
+		order := []string{"order", "order-relay", "standby", "stock", "shipping"}
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		delays := make([]time.Duration, len(order))
 		for i := range delays {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/testkit"
@@ -68,7 +69,7 @@ type shop struct {
 
 // options change how newShop starts the system.
 type options struct {
-	env     map[string][]string // extra KEY=VALUE per process name ("order", "relay", "stock", "shipping", "auditor", "" for all)
+	env     map[string][]string // extra KEY=VALUE per process name ("order", "order-relay", "stock", "shipping", "auditor", "" for all)
 	auditor bool                // run `auditor serve` too
 }
 
@@ -84,33 +85,30 @@ func fastRetries() []string {
 	}
 }
 
-// newShop migrates three fresh databases, makes a fresh vhost, starts the
-// four processes, each under its own database role and broker user
+// newShop migrates a fresh database per service of the registry, makes a fresh
+// vhost, starts the processes (system.New), each under its own database role and broker user
 // (leastPrivilege; the auditor, when asked for, under the read-only role
 // auditor), and waits until they are ready. Everything is stopped and
 // dropped when the test ends; on failure the processes' last output is
 // logged.
 func newShop(t *testing.T, opt options) *shop {
 	t.Helper()
-	orderURL := testkit.EmptyDatabaseURL(t)
-	stockURL := testkit.EmptyDatabaseURL(t)
-	shippingURL := testkit.EmptyDatabaseURL(t)
+	dbURLs, auditorURLs := map[string]string{}, map[string]string{}
+	for _, svc := range contracts.Services() {
+		dbURLs[svc.Name] = testkit.EmptyDatabaseURL(t)
+		auditorURLs[svc.Name] = testkit.URLAs(t, dbURLs[svc.Name], "auditor")
+	}
+	orderURL, stockURL, shippingURL := dbURLs[contracts.ProducerOrder], dbURLs[contracts.ConsumerStock], dbURLs[contracts.ConsumerShipping]
 	amqpURL, brokerURLs := testkit.NewVhostWithUsers(t, brokerUsers(t))
 
 	cfg := system.Config{
 		BinDir:        os.Getenv(binDirEnv),
-		OrderDBURL:    orderURL,
-		StockDBURL:    stockURL,
-		ShippingDBURL: shippingURL,
+		DBURLs:        dbURLs,
 		AMQPURL:       amqpURL,
 		Env:           append(fastRetries(), opt.env[""]...),
 		ProcessEnv:    leastPrivilege(t, orderURL, stockURL, shippingURL, brokerURLs),
 		Auditor:       opt.auditor,
-		AuditorDBURLs: &system.DBURLs{
-			Order:    testkit.URLAs(t, orderURL, "auditor"),
-			Stock:    testkit.URLAs(t, stockURL, "auditor"),
-			Shipping: testkit.URLAs(t, shippingURL, "auditor"),
-		},
+		AuditorDBURLs: auditorURLs,
 	}
 	for name, kv := range opt.env {
 		if name != "" {

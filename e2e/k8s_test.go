@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"example.com/shop/contracts"
 )
 
 // manifests is deploy/k8s rendered and decoded.
@@ -129,8 +131,12 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, c := range m.cronJobs {
 		pods = append(pods, pod{"CronJob " + c.Name, c.Spec.JobTemplate.Spec.Template.Spec})
 	}
-	if len(m.deployments) != 4 || len(m.jobs) != 3 || len(m.cronJobs) != 3 {
-		t.Fatalf("%d deployments, %d jobs, %d cron jobs; want 4, 3, 3", len(m.deployments), len(m.jobs), len(m.cronJobs))
+	// A serve and a migrate per service, a relay and a purge-outbox per producer, a
+	// purge-inbox per consumer (TestKubernetesFollowsTheRegistry names them).
+	services, producers, consumers := len(contracts.Services()), len(contracts.Producers()), len(contracts.Consumers())
+	if len(m.deployments) != services+producers || len(m.jobs) != services || len(m.cronJobs) != producers+consumers {
+		t.Fatalf("%d deployments, %d jobs, %d cron jobs; want %d, %d, %d", len(m.deployments), len(m.jobs), len(m.cronJobs),
+			services+producers, services, producers+consumers)
 	}
 	secretKeys := map[string]string{} // env var of a container -> secret key
 	for _, p := range pods {

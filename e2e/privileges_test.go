@@ -47,7 +47,7 @@ func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, broker
 	testkit.ApplySQLFile(t, rolesSQL)
 	return map[string][]string{
 		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api")},
-		"relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
+		"order-relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
 			"AMQP_URL=" + brokerURLs["order-relay"], "RELAY_DECLARE_QUEUES=false"},
 		"stock":    {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
 		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"]},
@@ -66,7 +66,7 @@ func TestDatabaseRolesAreLimited(t *testing.T) {
 		"order": testkit.EmptyDatabaseURL(t), "stock": testkit.EmptyDatabaseURL(t), "shipping": testkit.EmptyDatabaseURL(t),
 	}
 	sys, err := system.New(system.Config{BinDir: os.Getenv(binDirEnv),
-		OrderDBURL: urls["order"], StockDBURL: urls["stock"], ShippingDBURL: urls["shipping"]})
+		DBURLs: urls})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ type soak struct {
 	problems []string // faults that went wrong: a process not exiting on SIGTERM, not ready after a restart
 }
 
-var proxies = []string{"order-pg", "relay-pg", "relay-amqp", "standby-pg", "standby-amqp", "stock-pg", "stock-amqp", "shipping-pg", "shipping-amqp"}
+var proxies = []string{"order-pg", "order-relay-pg", "order-relay-amqp", "standby-pg", "standby-amqp", "stock-pg", "stock-amqp", "shipping-pg", "shipping-amqp"}
 var processes = []string{"order", "relay", "standby", "stock", "shipping"}
 var databases = []string{"order", "stock", "shipping"}
 

@@ -142,17 +142,15 @@ func (d *demo) migrate(ctx context.Context) error {
 		return err
 	}
 	sys, err := system.New(system.Config{
-		BinDir:        d.s.binDir,
-		OrderDBURL:    d.srv.orderURL,
-		StockDBURL:    d.srv.stockURL,
-		ShippingDBURL: d.srv.shippingURL,
-		AMQPURL:       d.srv.amqpURL,
-		Addrs:         d.addrs(),
-		Auditor:       true,
-		AuditorDBURLs: &system.DBURLs{
-			Order:    urlAs(d.srv.orderURL, "auditor"),
-			Stock:    urlAs(d.srv.stockURL, "auditor"),
-			Shipping: urlAs(d.srv.shippingURL, "auditor"),
+		BinDir:  d.s.binDir,
+		DBURLs:  map[string]string{"order": d.srv.orderURL, "stock": d.srv.stockURL, "shipping": d.srv.shippingURL},
+		AMQPURL: d.srv.amqpURL,
+		Addrs:   d.addrs(),
+		Auditor: true,
+		AuditorDBURLs: map[string]string{
+			"order":    urlAs(d.srv.orderURL, "auditor"),
+			"stock":    urlAs(d.srv.stockURL, "auditor"),
+			"shipping": urlAs(d.srv.shippingURL, "auditor"),
 		},
 		ProcessEnv: d.processEnv(),
 		Env:        d.tracingEnv(),
@@ -207,16 +205,16 @@ func (d *demo) tracingEnv() []string {
 // queues then: stock and shipping declare them, and start before any order.
 func (d *demo) processEnv() map[string][]string {
 	env := map[string][]string{
-		"order":    {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_api")},
-		"relay":    {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_relay")},
-		"stock":    {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_app")},
-		"shipping": {"SHIPPING_DATABASE_URL=" + urlAs(d.srv.shippingURL, "shipping_app")},
+		"order":       {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_api")},
+		"order-relay": {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_relay")},
+		"stock":       {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_app")},
+		"shipping":    {"SHIPPING_DATABASE_URL=" + urlAs(d.srv.shippingURL, "shipping_app")},
 		// A short grace: the demo's events arrive within a second, and its
 		// final question to the auditor should not wait long.
 		"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"},
 	}
 	if u := d.srv.userURLs; u != nil {
-		env["relay"] = append(env["relay"], "AMQP_URL="+u["order-relay"], "RELAY_DECLARE_QUEUES=false")
+		env["order-relay"] = append(env["order-relay"], "AMQP_URL="+u["order-relay"], "RELAY_DECLARE_QUEUES=false")
 		env["stock"] = append(env["stock"], "AMQP_URL="+u["stock"])
 		env["shipping"] = append(env["shipping"], "AMQP_URL="+u["shipping"])
 	}
@@ -238,7 +236,7 @@ func (d *demo) runsAs() string {
 
 // standardAddrs are the ports the README's examples use.
 var standardAddrs = map[string]string{
-	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "relay": "127.0.0.1:8084",
+	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "order-relay": "127.0.0.1:8084",
 	"auditor": "127.0.0.1:8085",
 }
 

@@ -193,13 +193,11 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	}
 
 	sys, err := system.New(system.Config{
-		BinDir:        e.cfg.BinDir,
-		OrderDBURL:    orderURL,
-		StockDBURL:    stockURL,
-		ShippingDBURL: shipURL,
-		AMQPURL:       amqpURL,
-		Env:           []string{"LOG_LEVEL=warn"},
-		ProcessEnv:    map[string][]string{"relay": {"RELAY_POLL_INTERVAL=1s"}},
+		BinDir:     e.cfg.BinDir,
+		DBURLs:     map[string]string{"order": orderURL, "stock": stockURL, "shipping": shipURL},
+		AMQPURL:    amqpURL,
+		Env:        []string{"LOG_LEVEL=warn"},
+		ProcessEnv: map[string][]string{"order-relay": {"RELAY_POLL_INTERVAL=1s"}},
 	})
 	if err != nil {
 		return run, err

@@ -42,13 +42,13 @@ type Config struct {
 }
 
 // Proxy names: <process>-pg and <process>-amqp, for the processes "order"
-// (PostgreSQL only), "relay", "standby", "stock" and "shipping".
+// (PostgreSQL only), "order-relay", "standby", "stock" and "shipping".
 var processUpstreams = map[string][]string{
-	"order":    {"pg"},
-	"relay":    {"pg", "amqp"},
-	"standby":  {"pg", "amqp"},
-	"stock":    {"pg", "amqp"},
-	"shipping": {"pg", "amqp"},
+	"order":       {"pg"},
+	"order-relay": {"pg", "amqp"},
+	"standby":     {"pg", "amqp"},
+	"stock":       {"pg", "amqp"},
+	"shipping":    {"pg", "amqp"},
 }
 
 // Rig is one running shop (order API, leader and standby relay, stock,
@@ -78,11 +78,11 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 	}
 	r := &Rig{Net: NewNet(), cfg: cfg}
 	direct := map[string]string{
-		"order-pg": cfg.OrderDBURL, "relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
+		"order-pg": cfg.OrderDBURL, "order-relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
 		"stock-pg": cfg.StockDBURL, "shipping-pg": cfg.ShippingDBURL,
 	}
 	dbVar := map[string]string{
-		"order": "ORDER_DATABASE_URL", "relay": "ORDER_DATABASE_URL", "standby": "ORDER_DATABASE_URL",
+		"order": "ORDER_DATABASE_URL", "order-relay": "ORDER_DATABASE_URL", "standby": "ORDER_DATABASE_URL",
 		"stock": "STOCK_DATABASE_URL", "shipping": "SHIPPING_DATABASE_URL",
 	}
 	penv := map[string][]string{}
@@ -103,15 +103,13 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		penv[proc] = append(penv[proc], cfg.ProcessEnv[proc]...)
 	}
 	sys, err := system.New(system.Config{
-		BinDir:        cfg.BinDir,
-		OrderDBURL:    cfg.OrderDBURL,
-		StockDBURL:    cfg.StockDBURL,
-		ShippingDBURL: cfg.ShippingDBURL,
-		AMQPURL:       cfg.AMQPURL,
-		Env:           cfg.Env,
-		ProcessEnv:    penv,
-		Standby:       true,
-		Log:           cfg.Log,
+		BinDir:     cfg.BinDir,
+		DBURLs:     map[string]string{"order": cfg.OrderDBURL, "stock": cfg.StockDBURL, "shipping": cfg.ShippingDBURL},
+		AMQPURL:    cfg.AMQPURL,
+		Env:        cfg.Env,
+		ProcessEnv: penv,
+		Standby:    true,
+		Log:        cfg.Log,
 	})
 	if err != nil {
 		r.Net.Close()

@@ -3,22 +3,26 @@ package system
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
+
+	"example.com/shop/contracts"
 )
 
 // Binaries lists the package of each binary the system runs, by the name of
-// the file `go build` writes.
+// the file `go build` writes: one per service of the registry
+// (contracts.Services), and the auditor.
 func Binaries() map[string]string {
-	return map[string]string{
-		"order":    "example.com/shop/services/order/cmd/order",
-		"stock":    "example.com/shop/services/stock/cmd/stock",
-		"shipping": "example.com/shop/services/shipping/cmd/shipping",
-		"auditor":  "example.com/shop/services/auditor/cmd/auditor",
+	bins := map[string]string{"auditor": "example.com/shop/services/auditor/cmd/auditor"}
+	for _, s := range contracts.Services() {
+		bins[s.Name] = "example.com/shop/services/" + s.Name + "/cmd/" + s.Name
 	}
+	return bins
 }
 
-// Build compiles the four binaries into dir with one `go build` run from
+// Build compiles the Binaries into dir with one `go build` run from
 // the working directory (which must be inside the go.work workspace). With
 // race set they are built with the race detector, so a data race in a
 // service makes it print a report and exit 66. It returns the compiler's
@@ -31,8 +35,8 @@ func Build(ctx context.Context, dir string, race bool) error {
 	if race {
 		args = append(args, "-race")
 	}
-	for _, pkg := range []string{"order", "stock", "shipping", "auditor"} {
-		args = append(args, Binaries()[pkg])
+	for _, name := range slices.Sorted(maps.Keys(Binaries())) {
+		args = append(args, Binaries()[name])
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -4,15 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
 // BrokerUsers reads a RabbitMQ definitions file (deploy/rabbitmq/definitions.json)
 // and returns its users other than guest with their permissions on the "/" vhost,
 // to be given on another vhost. Their password is their name (local servers only).
-// It fails when the file is unreadable or does not hold exactly the three users
-// order-relay, stock and shipping.
+// It fails when the file is unreadable or its users are not exactly those of the
+// registry: "<producer>-relay" for each producer (RelayName) and one per consumer
+// (order-relay, stock and shipping).
 func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -26,15 +29,25 @@ func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	if err := json.Unmarshal(raw, &defs); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var users []rabbitadmin.User
+	var users, got []string
+	var out []rabbitadmin.User
 	for _, p := range defs.Permissions {
 		if p.User != "guest" && p.Vhost == "/" {
-			users = append(users, rabbitadmin.User{Name: p.User, Password: p.User,
+			out = append(out, rabbitadmin.User{Name: p.User, Password: p.User,
 				Configure: p.Configure, Write: p.Write, Read: p.Read})
+			got = append(got, p.User)
 		}
 	}
-	if len(users) != 3 {
-		return nil, fmt.Errorf("%s: %d users besides guest, want order-relay, stock and shipping", path, len(users))
+	for _, p := range contracts.Producers() {
+		users = append(users, RelayName(p.Name))
 	}
-	return users, nil
+	for _, c := range contracts.Consumers() {
+		users = append(users, c.Name)
+	}
+	slices.Sort(users)
+	slices.Sort(got)
+	if !slices.Equal(got, users) {
+		return nil, fmt.Errorf("%s: users %v besides guest, want the registry's %v", path, got, users)
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strings"
 	"time"
 
 	"example.com/shop/contracts"
@@ -11,14 +12,15 @@ import (
 	"example.com/shop/platform/pg"
 )
 
-// serveConfig is the configuration of `auditor serve`, read from the environment:
+// serveConfig is the configuration of `auditor serve`, read from the environment. Its
+// databases and metrics URLs follow the registry (contracts.Services, contracts.Consumers):
 //
-//	AUDITOR_ORDER_DATABASE_URL     order database, read-only role (default as ORDER_DATABASE_URL's)
-//	AUDITOR_STOCK_DATABASE_URL     stock database (default as STOCK_DATABASE_URL's)
-//	AUDITOR_SHIPPING_DATABASE_URL  shipping database (default as SHIPPING_DATABASE_URL's)
+//	AUDITOR_<NAME>_DATABASE_URL    each service's database, read-only role (default
+//	                               postgres://postgres@localhost:5432/<its database>, as the
+//	                               service's own <NAME>_DATABASE_URL: orders, stock, shipping)
+//	AUDITOR_<NAME>_METRICS_URL     each consumer's /metrics, for duplicates and retries
+//	                               (default http://localhost<its HTTP_ADDR>/metrics: 8082, 8083)
 //	AMQP_URL                       RabbitMQ, for dead-letter queue depths (default amqp://guest:guest@localhost:5672/)
-//	AUDITOR_STOCK_METRICS_URL      stock's /metrics, for duplicates and retries (default http://localhost:8082/metrics)
-//	AUDITOR_SHIPPING_METRICS_URL   shipping's /metrics (default http://localhost:8083/metrics)
 //	HTTP_ADDR                      HTTP listen address (default :8085)
 //	LOG_LEVEL                      debug, info, warn or error (default info)
 //	AUDIT_INTERVAL                 time between two audit cycles (default 5s)
@@ -26,46 +28,56 @@ import (
 //	                               consumer without it counts it as unaccounted (default 2m; keep it
 //	                               above the sum of the consumers' retry delays)
 //	AUDIT_WINDOW                   how far back each cycle re-checks audited events (default 15m)
+//
+// <NAME> is the service's name in upper case: AUDITOR_ORDER_DATABASE_URL,
+// AUDITOR_STOCK_METRICS_URL.
 type serveConfig struct {
-	OrderDatabaseURL string
-	ConsumerDBs      map[string]string // consumer name -> database URL
-	MetricsURLs      map[string]string // consumer name -> /metrics URL
-	AMQPURL          string
-	HTTPAddr         string
-	LogLevel         slog.Level
-	Interval         time.Duration
-	Grace            time.Duration
-	Window           time.Duration
+	Databases   map[string]string // service name -> database URL, one per contracts.Services
+	MetricsURLs map[string]string // consumer name -> /metrics URL, one per contracts.Consumers
+	AMQPURL     string
+	HTTPAddr    string
+	LogLevel    slog.Level
+	Interval    time.Duration
+	Grace       time.Duration
+	Window      time.Duration
 }
 
 // loadServeConfig reads serveConfig through env; env.Err names every bad variable.
 func loadServeConfig(env *config.Env) serveConfig {
 	c := serveConfig{
-		OrderDatabaseURL: pg.URLFromEnv(env, "AUDITOR_ORDER_DATABASE_URL", "postgres://postgres@localhost:5432/orders?sslmode=disable"),
-		ConsumerDBs: map[string]string{
-			contracts.ConsumerStock:    pg.URLFromEnv(env, "AUDITOR_STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable"),
-			contracts.ConsumerShipping: pg.URLFromEnv(env, "AUDITOR_SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable"),
-		},
-		MetricsURLs: map[string]string{
-			contracts.ConsumerStock:    env.String("AUDITOR_STOCK_METRICS_URL", "http://localhost:8082/metrics"),
-			contracts.ConsumerShipping: env.String("AUDITOR_SHIPPING_METRICS_URL", "http://localhost:8083/metrics"),
-		},
-		AMQPURL:  amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
-		HTTPAddr: env.String("HTTP_ADDR", ":8085"),
-		Interval: env.PositiveDuration("AUDIT_INTERVAL", 5*time.Second),
-		Grace:    env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),
-		Window:   env.PositiveDuration("AUDIT_WINDOW", 15*time.Minute),
+		Databases:   map[string]string{},
+		MetricsURLs: map[string]string{},
+		AMQPURL:     amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
+		HTTPAddr:    env.String("HTTP_ADDR", ":8085"),
+		Interval:    env.PositiveDuration("AUDIT_INTERVAL", 5*time.Second),
+		Grace:       env.PositiveDuration("AUDIT_GRACE", 2*time.Minute),
+		Window:      env.PositiveDuration("AUDIT_WINDOW", 15*time.Minute),
+	}
+	for _, s := range contracts.Services() {
+		c.Databases[s.Name] = pg.URLFromEnv(env, variable(s.Name, "DATABASE_URL"),
+			"postgres://postgres@localhost:5432/"+s.Database+"?sslmode=disable")
+	}
+	for _, con := range contracts.Consumers() {
+		s, _ := contracts.ServiceNamed(con.Name) // every consumer is a service (contracts' test)
+		c.MetricsURLs[con.Name] = env.String(variable(con.Name, "METRICS_URL"), "http://localhost"+s.HTTPAddr+"/metrics")
 	}
 	c.LogLevel = logging.LevelFromEnv(env)
 	return c
 }
 
+// variable is the auditor's variable for service's setting, e.g. AUDITOR_STOCK_DATABASE_URL.
+func variable(service, setting string) string {
+	return "AUDITOR_" + strings.ToUpper(strings.ReplaceAll(service, "-", "_")) + "_" + setting
+}
+
 // LogValue logs the configuration with the passwords masked.
 func (c serveConfig) LogValue() slog.Value {
+	dbs := make([]slog.Attr, 0, len(c.Databases))
+	for _, s := range contracts.Services() {
+		dbs = append(dbs, slog.String(s.Name, config.MaskURL(c.Databases[s.Name])))
+	}
 	return slog.GroupValue(
-		slog.String("order_database_url", config.MaskURL(c.OrderDatabaseURL)),
-		slog.String("stock_database_url", config.MaskURL(c.ConsumerDBs[contracts.ConsumerStock])),
-		slog.String("shipping_database_url", config.MaskURL(c.ConsumerDBs[contracts.ConsumerShipping])),
+		slog.Attr{Key: "database_urls", Value: slog.GroupValue(dbs...)},
 		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.Any("metrics_urls", c.MetricsURLs),
 		slog.String("http_addr", c.HTTPAddr),

@@ -1,5 +1,5 @@
-// Command auditor is the delivery auditor: it reads, never writes, the order, stock and
-// shipping databases, checks that every published event reached every consumer that
+// Command auditor is the delivery auditor: it reads, never writes, the database of every
+// service in the registry (contracts.Services: order, stock, shipping), checks that every published event reached every consumer that
 // should receive it, and shows each order's journey on a live page.
 //
 //	auditor serve      HTTP on HTTP_ADDR (default :8085): the live page at /, the journey

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
@@ -45,8 +46,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // runServe serves the auditor until ctx ends, through httpx.Starting.Run: config
 // and logger; the listener, which answers /healthz, /metrics and a 503 /readyz and
-// 503 problems until the three databases answer (pg.WaitPool each); then the
-// continuous audit and the full router. ctx's end stops the audit and starts a
+// 503 problems until the database of every service of the registry
+// (contracts.Services) answers (pg.WaitPool each); then the continuous audit of the
+// order outbox against every consumer, and the full router. ctx's end stops the audit and starts a
 // graceful HTTP shutdown bounded by httpx.ShutdownTimeout (10 s).
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := config.Load(getenv, loadServeConfig)
@@ -93,35 +95,34 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, apidoc.OpenAPI, logger).Routes(router)
 		srv.Ready(router)
 		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(srv.Addr())+"/"),
-			slog.String("order_database", config.MaskURL(cfg.OrderDatabaseURL)))
+			slog.Int("databases", len(contracts.Services())))
 		return audit.Run, nil
 	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
 }
 
-// openStore waits for the order database and each consumer's (pg.WaitPool, which
+// openStore waits for the database of every service of the registry (pg.WaitPool, which
 // names the service's migrate command when one is missing) and returns the store
 // on them; every pool it opened is appended to pools, for the caller to close.
 func openStore(ctx context.Context, cfg serveConfig, logger *slog.Logger, pools *[]*pgxpool.Pool) (*store.Store, error) {
-	open := func(url, service string) (*pgxpool.Pool, error) {
-		p, err := pg.WaitPool(ctx, url, logger, pg.CreatedBy(service+" migrate"))
-		if err == nil {
-			*pools = append(*pools, p)
-		}
-		return p, err
-	}
-	orderPool, err := open(cfg.OrderDatabaseURL, "order")
-	if err != nil {
-		return nil, err
-	}
-	consumers := map[string]*pgxpool.Pool{}
-	for name, url := range cfg.ConsumerDBs {
-		if consumers[name], err = open(url, name); err != nil {
+	// The auditor reads what each service's migrate command creates: one pool per
+	// service of the registry; a service that both publishes and consumes shares its
+	// pool between the two.
+	services := map[string]*pgxpool.Pool{}
+	for _, svc := range contracts.Services() {
+		p, err := pg.WaitPool(ctx, cfg.Databases[svc.Name], logger, pg.CreatedBy(svc.Name+" migrate"))
+		if err != nil {
 			return nil, err
 		}
+		*pools = append(*pools, p)
+		services[svc.Name] = p
 	}
-	return store.New(orderPool, consumers), nil
+	consumers := map[string]*pgxpool.Pool{}
+	for _, c := range contracts.Consumers() {
+		consumers[c.Name] = services[c.Name]
+	}
+	return store.New(services[contracts.ProducerOrder], consumers), nil
 }
 
 // displayAddr turns a listen address such as [::]:8085 into one a browser opens.

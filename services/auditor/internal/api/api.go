@@ -94,12 +94,14 @@ func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Board is the live page's data: the latest orders, the counters and the audit.
+// Consumers names the page's consumer columns, one per contracts.Consumers in order.
 type Board struct {
-	Orders   []auditor.BoardRow `json:"orders"`
-	Counters Counters           `json:"counters"`
-	Audit    auditor.Report     `json:"audit"`
-	Grace    float64            `json:"grace_seconds"`
-	At       time.Time          `json:"at"`
+	Consumers []string           `json:"consumers"`
+	Orders    []auditor.BoardRow `json:"orders"`
+	Counters  Counters           `json:"counters"`
+	Audit     auditor.Report     `json:"audit"`
+	Grace     float64            `json:"grace_seconds"`
+	At        time.Time          `json:"at"`
 }
 
 // Counters are the live page's totals. A nil count could not be read (its source is
@@ -142,6 +144,9 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 	}
 	rep := a.auditor.Report()
 	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
+	for _, con := range contracts.Consumers() {
+		b.Consumers = append(b.Consumers, con.Name)
+	}
 	c := &b.Counters
 	c.Unaccounted = rep.UnaccountedTotal
 	c.PerConsumer = map[string]Detail{}

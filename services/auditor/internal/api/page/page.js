@@ -2,7 +2,9 @@
 // and the audit's findings; a click on an order loads /orders/{id}/journey.
 "use strict";
 
-const stages = ["draft", "placed", "in_outbox", "published", "stock", "shipping"];
+// The order's own stages; one column per consumer follows, named by /board.
+const orderStages = ["draft", "placed", "in_outbox", "published"];
+let stages = orderStages;
 let selected = null;
 
 function shortID(id) { return id ? id.slice(-8) : ""; }
@@ -62,7 +64,19 @@ function drawCounters(c) {
   document.querySelector('[data-counter="duplicates_skipped"]').title = dup;
 }
 
+// drawColumns adds one "<consumer> applied" column per consumer the board names,
+// once, or again when the consumers change.
+function drawColumns(consumers) {
+  const want = orderStages.concat(consumers);
+  if (want.join() === stages.join() && document.querySelector("#board thead th[data-stage]")) return;
+  stages = want;
+  const head = document.querySelector("#board thead tr");
+  for (const th of head.querySelectorAll("th[data-stage]")) th.remove();
+  for (const c of consumers) head.append(el("th", { "data-stage": c }, c + " applied"));
+}
+
 function drawBoard(b) {
+  drawColumns(b.consumers || []);
   const body = document.querySelector("#board tbody");
   body.replaceChildren();
   for (const row of b.orders) {

@@ -1,0 +1,139 @@
+package contracts
+
+import "slices"
+
+// The registry: every service that publishes ([Producers]) or consumes ([Consumers]) events,
+// and where each one runs by default ([Services]). It is the one list the rest of the
+// repository follows: the auditor reads one database per service and audits every consumer;
+// the AsyncAPI document, the end-to-end system, the build and the deploy files are checked
+// against it by tests (docs/architecture.md, "Add a fourth service"). Adding a service starts
+// with its entries here.
+
+// Consumer names, the `consumer` column of each consuming service's processed_event and
+// dead_letter tables.
+const (
+	// ConsumerStock is the stock service's consumer: it reserves stock for placed orders.
+	ConsumerStock = "stock"
+	// ConsumerShipping is the shipping service's consumer: it keeps order_status and shipments.
+	ConsumerShipping = "shipping"
+)
+
+// Producer describes one service that publishes events through its own outbox and relay.
+type Producer struct {
+	// Name is the producer name, e.g. [ProducerOrder]: the envelope's `producer`, the
+	// CloudEvents source "/<Name>" and the service (binary) that runs `<Name> relay`.
+	Name string
+	// Events are the event names it writes to its outbox and publishes.
+	Events []string
+}
+
+// Publishes reports whether the producer publishes eventName.
+func (p Producer) Publishes(eventName string) bool {
+	return slices.Contains(p.Events, eventName)
+}
+
+// Producers returns every producer of the contract's events, in a fresh slice the caller may
+// modify: order, publishing both order events.
+func Producers() []Producer {
+	return []Producer{
+		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled}},
+	}
+}
+
+// ProducerOf returns the producer that publishes eventName, and false for an event no
+// producer publishes.
+func ProducerOf(eventName string) (Producer, bool) {
+	for _, p := range Producers() {
+		if p.Publishes(eventName) {
+			return p, true
+		}
+	}
+	return Producer{}, false
+}
+
+// Consumer describes one consuming service on the broker: the queue it reads, its dead-letter
+// queue and the events (routing keys) bound to its queue. It is the topology every consumer
+// declares and the auditor checks against: an event published to [Exchange] must reach every
+// consumer whose Events holds its name.
+type Consumer struct {
+	// Name is the consumer name, e.g. [ConsumerStock]: also the service (binary) whose
+	// `serve` consumes.
+	Name string
+	// Queue is its durable quorum queue, e.g. [QueueStock].
+	Queue string
+	// DeadLetterQueue is the dead-letter queue of Queue, e.g. [QueueStockDLQ].
+	DeadLetterQueue string
+	// Events are the event names bound to Queue as routing keys.
+	Events []string
+}
+
+// Receives reports whether the consumer's queue is bound to eventName.
+func (c Consumer) Receives(eventName string) bool {
+	return slices.Contains(c.Events, eventName)
+}
+
+// Consumers returns every consumer of the contract's events, in a fresh slice the caller may
+// modify: stock and shipping, each receiving both order events.
+func Consumers() []Consumer {
+	return []Consumer{
+		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ, Events: EventNames()},
+		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ, Events: EventNames()},
+	}
+}
+
+// ConsumersOf returns the consumers that receive eventName, in the order of [Consumers]; none
+// for an unknown event.
+func ConsumersOf(eventName string) []Consumer {
+	var out []Consumer
+	for _, c := range Consumers() {
+		if c.Receives(eventName) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ConsumerNamed returns the consumer of [Consumers] called name, and false when the
+// contract has none.
+func ConsumerNamed(name string) (Consumer, bool) {
+	for _, c := range Consumers() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Consumer{}, false
+}
+
+// Service is one service of the registry, a producer, a consumer or both, with the local
+// defaults its binary uses when its variables are unset.
+type Service struct {
+	// Name is the service's name: its folder services/<Name>, its binary bin/<Name> and the
+	// prefix of its variables (<NAME>_DATABASE_URL).
+	Name string
+	// Database is the name of its PostgreSQL database by default, e.g. "orders".
+	Database string
+	// HTTPAddr is the default listen address of its `serve` (HTTP_ADDR), e.g. ":8081"; its
+	// /metrics is there too.
+	HTTPAddr string
+}
+
+// Services returns every service that [Producers] and [Consumers] name, each once, in a fresh
+// slice the caller may modify: order, stock and shipping.
+func Services() []Service {
+	return []Service{
+		{Name: ProducerOrder, Database: "orders", HTTPAddr: ":8081"},
+		{Name: ConsumerStock, Database: "stock", HTTPAddr: ":8082"},
+		{Name: ConsumerShipping, Database: "shipping", HTTPAddr: ":8083"},
+	}
+}
+
+// ServiceNamed returns the service of [Services] called name, and false when the registry
+// has none.
+func ServiceNamed(name string) (Service, bool) {
+	for _, s := range Services() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Service{}, false
+}

@@ -1,0 +1,402 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/system"
+)
+
+// The registry in contracts (Services, Producers, Consumers) is the one list of the
+// shop's services. These tests fail when a file that has to name each service lacks
+// one: the recipe in docs/architecture.md ("Add a fourth service") follows their messages.
+
+// registryCommands is what has to run for the registry, as "<binary> <subcommand>":
+// each service's serve and migrate, each producer's relay and purge-outbox, each
+// consumer's purge-inbox.
+type registryCommands struct {
+	serve, migrate, relay, purgeOutbox, purgeInbox []string
+}
+
+func commandsOfRegistry() registryCommands {
+	var rc registryCommands
+	for _, s := range contracts.Services() {
+		rc.serve = append(rc.serve, s.Name+" serve")
+		rc.migrate = append(rc.migrate, s.Name+" migrate")
+	}
+	for _, p := range contracts.Producers() {
+		rc.relay = append(rc.relay, p.Name+" relay")
+		rc.purgeOutbox = append(rc.purgeOutbox, p.Name+" purge-outbox")
+	}
+	for _, c := range contracts.Consumers() {
+		rc.purgeInbox = append(rc.purgeInbox, c.Name+" purge-inbox")
+	}
+	return rc
+}
+
+// command returns "<binary> <subcommand>" of a container's command line
+// ("/usr/local/bin/stock", "serve", ...), or "" for none.
+func command(cmd []string) string {
+	if len(cmd) < 2 {
+		return ""
+	}
+	return path.Base(cmd[0]) + " " + cmd[1]
+}
+
+// TestBuildFollowsTheRegistry: every service of the registry is a module of go.work
+// with its binary in services/<name>/cmd/<name>, which make build and the end-to-end
+// suite build; and no binary there is missing from the registry (the auditor aside).
+func TestBuildFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	work, err := os.ReadFile("../go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
+		modules[m[1]] = true
+	}
+	want := []string{"auditor"}
+	for _, s := range contracts.Services() {
+		want = append(want, s.Name)
+	}
+	slices.Sort(want)
+	for _, name := range want {
+		if !modules["services/"+name] {
+			t.Errorf("go.work does not use ./services/%s", name)
+		}
+	}
+	cmds, err := filepath.Glob("../services/*/cmd/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bins []string
+	for _, c := range cmds {
+		if filepath.Base(c) != filepath.Base(filepath.Dir(filepath.Dir(c))) {
+			t.Errorf("%s: a service's binary is services/<name>/cmd/<name>", c)
+		}
+		bins = append(bins, filepath.Base(c))
+	}
+	if !slices.Equal(bins, want) {
+		t.Errorf("binaries services/*/cmd/* %v, want the registry's services and the auditor %v", bins, want)
+	}
+	if got := slices.Sorted(maps.Keys(system.Binaries())); !slices.Equal(got, want) {
+		t.Errorf("the suite builds %v, want %v", got, want)
+	}
+	// The Makefile derives its lists from go.work and services/*/cmd/*: naming a
+	// service there would be one more place to edit.
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		if strings.Contains(string(mk), "services/"+name) {
+			t.Errorf("the Makefile names services/%s: derive the list instead", name)
+		}
+	}
+}
+
+// TestComposeFollowsTheRegistry: docker-compose.yml runs, for each service of the
+// registry, its migrate and serve; for each producer its relay; and Prometheus
+// (deploy/prometheus/prometheus.yml) scrapes every serve and relay.
+func TestComposeFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithProfiles([]string{"*"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	runs := map[string][]string{} // "<binary> <subcommand>" -> compose services
+	for name, svc := range project.Services {
+		c := command(append(slices.Clone(svc.Entrypoint), svc.Command...))
+		runs[c] = append(runs[c], name)
+	}
+	rc := commandsOfRegistry()
+	for _, want := range slices.Concat(rc.migrate, rc.serve, rc.relay) {
+		if len(runs[want]) == 0 {
+			t.Errorf("docker-compose.yml: no service runs %q", want)
+		}
+	}
+
+	raw, err := os.ReadFile("../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prom struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `json:"targets"`
+			} `json:"static_configs"`
+		} `json:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(raw, &prom); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	scraped := map[string]bool{}
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, _, _ := strings.Cut(target, ":")
+				scraped[host] = true
+			}
+		}
+	}
+	for _, want := range slices.Concat(rc.serve, rc.relay) {
+		for _, svc := range runs[want] {
+			if !scraped[svc] {
+				t.Errorf("deploy/prometheus/prometheus.yml does not scrape %s (%s)", svc, want)
+			}
+		}
+	}
+}
+
+// TestKubernetesFollowsTheRegistry: deploy/k8s runs, for each service of the
+// registry, a Deployment of its serve and a Job of its migrate; for each producer a
+// Deployment of its relay and a CronJob of its purge-outbox; for each consumer a
+// CronJob of its purge-inbox; and a NetworkPolicy beyond the default deny selects
+// every one of those pods.
+func TestKubernetesFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	m := render(t)
+	type pod struct {
+		owner  string
+		labels map[string]string
+	}
+	runs := map[string][]pod{} // "<binary> <subcommand>" -> pods
+	add := func(owner string, tmpl corev1.PodTemplateSpec) {
+		for _, c := range tmpl.Spec.Containers {
+			runs[command(c.Command)] = append(runs[command(c.Command)], pod{owner, tmpl.Labels})
+		}
+	}
+	for _, d := range m.deployments {
+		add("Deployment "+d.Name, d.Spec.Template)
+	}
+	for _, j := range m.jobs {
+		add("Job "+j.Name, j.Spec.Template)
+	}
+	for _, c := range m.cronJobs {
+		add("CronJob "+c.Name, c.Spec.JobTemplate.Spec.Template)
+	}
+	rc := commandsOfRegistry()
+	for _, w := range []struct {
+		kind string
+		cmds []string
+	}{
+		{"Deployment", rc.serve}, {"Deployment", rc.relay}, {"Job", rc.migrate},
+		{"CronJob", rc.purgeOutbox}, {"CronJob", rc.purgeInbox},
+	} {
+		for _, cmd := range w.cmds {
+			var pods []pod
+			for _, p := range runs[cmd] {
+				if strings.HasPrefix(p.owner, w.kind+" ") {
+					pods = append(pods, p)
+				}
+			}
+			if len(pods) == 0 {
+				t.Errorf("deploy/k8s: no %s runs %q", w.kind, cmd)
+			}
+			for _, p := range pods {
+				if !allowedByPolicy(t, m, p.labels) {
+					t.Errorf("deploy/k8s: no NetworkPolicy besides the default deny selects the pods of %s (%s)", p.owner, cmd)
+				}
+			}
+		}
+	}
+}
+
+// allowedByPolicy reports whether a NetworkPolicy with a non-empty pod selector (one
+// that allows something, unlike the default deny) selects pods with podLabels.
+func allowedByPolicy(t *testing.T, m manifests, podLabels map[string]string) bool {
+	t.Helper()
+	for _, np := range m.networkPolicies {
+		sel := np.Spec.PodSelector
+		if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+			continue
+		}
+		s, err := metav1.LabelSelectorAsSelector(&sel)
+		if err != nil {
+			t.Errorf("NetworkPolicy %s: %v", np.Name, err)
+			continue
+		}
+		if s.Matches(labels.Set(podLabels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAccessFollowsTheRegistry: deploy/postgres/roles.sql creates, for each service
+// of the registry, the role its serve runs as (<name>_app, or <name>_api for an HTTP
+// API) and its <name>_maintenance role, and <producer>_relay for each producer; and
+// deploy/rabbitmq/definitions.json has a user per relay and per consumer
+// (system.BrokerUsers) allowed on exactly the names it needs: a consumer configures
+// and reads its queue and dead-letter queue, a relay writes to the exchange.
+func TestAccessFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(rolesSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]bool{}
+	for _, m := range regexp.MustCompile(`'([a-z0-9_]+)'`).FindAllStringSubmatch(string(raw), -1) {
+		roles[m[1]] = true
+	}
+	db := func(name string) string { return strings.ReplaceAll(name, "-", "_") }
+	for _, s := range contracts.Services() {
+		if !roles[db(s.Name)+"_app"] && !roles[db(s.Name)+"_api"] {
+			t.Errorf("roles.sql: no role %s_app (or %s_api) for %s serve", db(s.Name), db(s.Name), s.Name)
+		}
+		if !roles[db(s.Name)+"_maintenance"] {
+			t.Errorf("roles.sql: no role %s_maintenance for %s's migrate and purges", db(s.Name), s.Name)
+		}
+	}
+	for _, p := range contracts.Producers() {
+		if !roles[db(p.Name)+"_relay"] {
+			t.Errorf("roles.sql: no role %s_relay for %s relay", db(p.Name), p.Name)
+		}
+	}
+
+	users, err := system.BrokerUsers("../deploy/rabbitmq/definitions.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := map[string][3]*regexp.Regexp{} // user -> configure, write, read
+	for _, u := range users {
+		var rs [3]*regexp.Regexp
+		for i, expr := range []string{u.Configure, u.Write, u.Read} {
+			if rs[i], err = regexp.Compile(expr); err != nil {
+				t.Fatalf("definitions.json: user %s: %v", u.Name, err)
+			}
+		}
+		perms[u.Name] = rs
+	}
+	for _, c := range contracts.Consumers() {
+		p := perms[c.Name]
+		for _, q := range []string{c.Queue, c.DeadLetterQueue} {
+			if !p[0].MatchString(q) || !p[2].MatchString(q) {
+				t.Errorf("definitions.json: user %s may not configure and read %s", c.Name, q)
+			}
+		}
+		if !p[1].MatchString(c.DeadLetterQueue) {
+			t.Errorf("definitions.json: user %s may not write to %s", c.Name, c.DeadLetterQueue)
+		}
+	}
+	for _, prod := range contracts.Producers() {
+		if p := perms[system.RelayName(prod.Name)]; !p[1].MatchString(contracts.Exchange) {
+			t.Errorf("definitions.json: user %s may not write to %s", system.RelayName(prod.Name), contracts.Exchange)
+		}
+	}
+}
+
+// TestMonitoringFollowsTheRegistry: the alert rules (deploy/prometheus/alerts.yaml)
+// and the Grafana dashboard (deploy/grafana/shop.json) cover every service of the
+// registry because none of their expressions picks one service by name, every
+// expression over a consumer's metrics keeps the consumer label, and the dead-letter
+// alert's queue pattern matches every dead-letter queue.
+func TestMonitoringFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alerts struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &alerts); err != nil {
+		t.Fatalf("alerts.yaml: %v", err)
+	}
+	exprs := map[string]string{} // expression -> where
+	for _, g := range alerts.Groups {
+		for _, r := range g.Rules {
+			exprs[r.Expr] = "alert " + r.Alert
+		}
+	}
+	raw, err = os.ReadFile("../deploy/grafana/shop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("shop.json: %v", err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs[tg.Expr] = "dashboard panel " + p.Title
+		}
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("read only %d expressions from alerts.yaml and shop.json: the parse is broken", len(exprs))
+	}
+
+	names := map[string]bool{}
+	for _, s := range contracts.Services() {
+		names[s.Name] = true
+	}
+	for _, p := range contracts.Producers() {
+		names[system.RelayName(p.Name)] = true
+	}
+	for _, c := range contracts.Consumers() {
+		names[c.Queue], names[c.DeadLetterQueue] = true, true
+	}
+	matcher := regexp.MustCompile(`\b(consumer|producer|queue|job|service)\s*=\s*"([^"]*)"`)
+	perConsumer := regexp.MustCompile(`\b(inbox_|amqp_consumer_|dead_letters_open|delivery_unaccounted_events)`)
+	byConsumer := regexp.MustCompile(`by\s*\([^)]*\bconsumer\b`)
+	var dlqPatterns []*regexp.Regexp
+	for expr, where := range exprs {
+		for _, m := range matcher.FindAllStringSubmatch(expr, -1) {
+			if names[m[2]] {
+				t.Errorf("%s watches %s=%q only: %s", where, m[1], m[2], expr)
+			}
+		}
+		if perConsumer.MatchString(expr) && !byConsumer.MatchString(expr) {
+			t.Errorf("%s sums its consumers' metrics into one series: group by consumer: %s", where, expr)
+		}
+		for _, m := range regexp.MustCompile(`queue\s*=~\s*"([^"]*)"`).FindAllStringSubmatch(expr, -1) {
+			re, err := regexp.Compile("^(?:" + strings.ReplaceAll(m[1], `\\`, `\`) + ")$")
+			if err != nil {
+				t.Errorf("%s: queue pattern %q: %v", where, m[1], err)
+				continue
+			}
+			dlqPatterns = append(dlqPatterns, re)
+		}
+	}
+	for _, c := range contracts.Consumers() {
+		if !slices.ContainsFunc(dlqPatterns, func(re *regexp.Regexp) bool { return re.MatchString(c.DeadLetterQueue) }) {
+			t.Errorf("no alert or panel watches the dead-letter queue %s by its queue pattern", c.DeadLetterQueue)
+		}
+	}
+}
