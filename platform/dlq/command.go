@@ -269,7 +269,7 @@ func (s *session) list(ctx context.Context, stdout io.Writer, asJSON bool) error
 		entries = append(entries, e)
 	}
 	unrecorded := 0
-	for _, k := range c.order {
+	for _, k := range c.keys {
 		if recorded[k] {
 			continue
 		}

@@ -62,7 +62,7 @@ func attempts(v any) int {
 // copies are the messages one scan of the dead-letter queue saw.
 type copies struct {
 	byKey map[string][]*Message
-	order []string // keys, in queue order
+	keys  []string // in queue order
 	held  map[*Message]bool
 }
 
@@ -71,7 +71,7 @@ func (c *copies) of(id string) []*Message {
 	if ms := c.byKey[id]; len(ms) > 0 {
 		return ms
 	}
-	for _, k := range c.order {
+	for _, k := range c.keys {
 		if ms := c.byKey[k]; ms[0].matches(id) {
 			return ms
 		}
@@ -104,7 +104,7 @@ func (s *session) scan(ctx context.Context, hold func(m *Message) bool) (*copies
 		}
 		m := newMessage(d)
 		if _, seen := c.byKey[m.Key]; !seen {
-			c.order = append(c.order, m.Key)
+			c.keys = append(c.keys, m.Key)
 		}
 		c.byKey[m.Key] = append(c.byKey[m.Key], m)
 		if hold != nil && hold(m) {

@@ -111,7 +111,7 @@ func (s *session) targets(ctx context.Context, ids []string, c *copies) ([]strin
 			out = append(out, r.key)
 		}
 	}
-	for _, k := range c.order {
+	for _, k := range c.keys {
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, k)
@@ -196,7 +196,7 @@ func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *cop
 	if m == nil {
 		t.refused++
 		s.line(w, "refused", key, name, "the record keeps no message (written before it did) and "+
-			s.cfg.DeadLetterQueue+" holds no copy: order replay-outbox sends the event again; dlq drop closes it")
+			s.cfg.DeadLetterQueue+" holds no copy: the producer's replay-outbox sends the event again; dlq drop closes it")
 		return nil
 	}
 	act, settled, err := s.decide(ctx, w, tx, m, dryRun, force, t, copyNote(fromRecord, len(inQueue) > 0, s.cfg.DeadLetterQueue))

@@ -29,7 +29,7 @@ func BenchStore[DB, Tx any](b *testing.B, st Store[DB, Tx]) {
 		}
 	}
 	run := uuid.NewString()
-	content := []byte(`{"order_id":"0199b1d4-7c1a-7000-8000-000000000001","cashback":"1.90"}`)
+	content := []byte(`{"account_id":"0199b1d4-7c1a-7000-8000-000000000001","cashback":"1.90"}`)
 	b.Run("new", func(b *testing.B) {
 		n := 0
 		for b.Loop() {
