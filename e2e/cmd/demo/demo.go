@@ -83,6 +83,8 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
 		d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
+		d.ui.plain("  dead letters: STOCK_DATABASE_URL='%s' AMQP_URL='%s' bin/stock dlq list",
+			d.srv.stockURL, d.srv.amqpURL)
 		<-ctx.Done()
 		d.ui.plain("stopping the processes")
 	}

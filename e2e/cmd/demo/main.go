@@ -40,11 +40,22 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	var usage usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &usage):
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "\ndemo:", err)
 		os.Exit(1)
 	}
 }
+
+// usageError is a command line the demo cannot run: it exits with status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
 
 // settings are the demo's flags and environment.
 type settings struct {
@@ -68,11 +79,16 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	fs.StringVar(&s.logDir, "logs", filepath.Join(".demo", "logs"), "directory for the processes' logs")
 	fs.IntVar(&s.orders, "orders", 300, "orders placed while the relay crashes")
 	fs.BoolVar(&s.keep, "keep", false, "keep the system running after the summary, until Ctrl-C")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return s, err
+	} else if err != nil {
+		return s, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return s, usageError{fmt.Sprintf("unexpected argument %q: the demo takes only flags (-h lists them)", fs.Arg(0))}
 	}
 	if s.orders < 10 {
-		return s, errors.New("-orders must be at least 10")
+		return s, usageError{"-orders must be at least 10"}
 	}
 	env := func(k, def string) string {
 		if v := getenv(k); v != "" {

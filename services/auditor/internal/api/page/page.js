@@ -92,6 +92,7 @@ function drawBoard(b) {
     tr.addEventListener("click", () => openJourney(row.order_id));
     body.append(tr);
   }
+  document.getElementById("loading").hidden = true;
   document.getElementById("empty").hidden = b.orders.length > 0;
   drawCounters(b.counters);
   const f = document.getElementById("findings");
