@@ -18,6 +18,8 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"example.com/shop/contracts"
 )
 
 // TestComposeFile loads docker-compose.yml with compose-go (the library
@@ -60,6 +62,14 @@ func TestComposeFile(t *testing.T) {
 				shopNames[n] = true
 			}
 		}
+	}
+	// The auditor builds one database variable per service of the registry and one
+	// metrics variable per consumer, so its source holds no literal to scan for.
+	for _, svc := range contracts.Services() {
+		shopNames["AUDITOR_"+strings.ToUpper(svc.Name)+"_DATABASE_URL"] = true
+	}
+	for _, c := range contracts.Consumers() {
+		shopNames["AUDITOR_"+strings.ToUpper(c.Name)+"_METRICS_URL"] = true
 	}
 	for _, prog := range []string{"order", "stock", "shipping"} {
 		for _, must := range []string{strings.ToUpper(prog) + "_DATABASE_URL", "HTTP_ADDR", "LOG_LEVEL"} {
