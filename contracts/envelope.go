@@ -139,3 +139,67 @@ type OrderCancelled struct {
 	// Version is the order's version after the change (>= 1).
 	Version int `json:"version"`
 }
+
+// OrderConfirmed is the payload of [EventOrderConfirmed] (schemas/order.order.confirmed.v1.json);
+// its fields mean the same as in [OrderPlaced], Version being the confirmed order's.
+type OrderConfirmed OrderPlaced
+
+// OrderRejected is the payload of [EventOrderRejected] (schemas/order.order.rejected.v1.json):
+// the order as in [OrderPlaced], and why stock refused it.
+type OrderRejected struct {
+	// OrderID identifies the order.
+	OrderID uuid.UUID `json:"order_id"`
+	// CustomerID identifies the customer who owns the order.
+	CustomerID uuid.UUID `json:"customer_id"`
+	// Lines are the order's products; never empty.
+	Lines []OrderLine `json:"lines"`
+	// Version is the order's version after the change (>= 1).
+	Version int `json:"version"`
+	// Rejection is stock's reason, as in [StockReservationRejected].
+	Rejection Rejection `json:"rejection"`
+}
+
+// Rejection says why stock could not hold an order.
+type Rejection struct {
+	// Reason is [RejectionInsufficientStock].
+	Reason string `json:"reason"`
+	// Lines are the lines stock could not hold; never empty.
+	Lines []ShortLine `json:"lines"`
+}
+
+// ShortLine is a line stock could not hold: a tracked product with less available than
+// requested, when the order was decided.
+type ShortLine struct {
+	// ProductID identifies the product.
+	ProductID uuid.UUID `json:"product_id"`
+	// Requested is the line's quantity, a decimal string greater than zero ("7.000").
+	Requested string `json:"requested"`
+	// Available is what stock had free for it then: on hand minus held, a decimal string
+	// zero or greater ("5.000").
+	Available string `json:"available"`
+}
+
+// StockReservationConfirmed is the payload of [EventStockReservationConfirmed]
+// (schemas/stock.reservation.confirmed.v1.json): stock holds every line of the order.
+type StockReservationConfirmed struct {
+	// OrderID identifies the order.
+	OrderID uuid.UUID `json:"order_id"`
+	// OrderVersion is the Version of the [OrderPlaced] this answers; order applies the
+	// answer only while the order is still placed at that version.
+	OrderVersion int `json:"order_version"`
+	// Lines are the lines held, in the order's line order; never empty.
+	Lines []OrderLine `json:"lines"`
+}
+
+// StockReservationRejected is the payload of [EventStockReservationRejected]
+// (schemas/stock.reservation.rejected.v1.json): stock holds nothing for the order.
+type StockReservationRejected struct {
+	// OrderID identifies the order.
+	OrderID uuid.UUID `json:"order_id"`
+	// OrderVersion is the Version of the [OrderPlaced] this answers.
+	OrderVersion int `json:"order_version"`
+	// Reason is [RejectionInsufficientStock].
+	Reason string `json:"reason"`
+	// Lines are the short lines; never empty.
+	Lines []ShortLine `json:"lines"`
+}

@@ -21,7 +21,7 @@ import (
 
 // TestPlaceReservesAndShips follows one order: once placed, stock reserves
 // each of its lines and shipping records it as placed at version 2 with a
-// ready shipment.
+// pending shipment (ready comes with stock's confirmation).
 func TestPlaceReservesAndShips(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})
@@ -35,7 +35,7 @@ func TestPlaceReservesAndShips(t *testing.T) {
 	}
 
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
 	if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 1 {
 		t.Errorf("outbox rows for the order = %d, want 1", n)
 	}
@@ -99,7 +99,7 @@ func TestDuplicateRepublish(t *testing.T) {
 	o := s.createOrder(ctx, 2)
 	s.place(ctx, o.ID, http.StatusOK)
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
 	s.invariants(ctx)
 
 	var id, name, body string
@@ -149,7 +149,7 @@ func TestCancelAfterPlace(t *testing.T) {
 	o := s.createOrder(ctx, 2)
 	s.place(ctx, o.ID, http.StatusOK)
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "ready")
+	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
 
 	if st, err := s.api.Cancel(ctx, o.ID); err != nil || st != http.StatusOK {
 		t.Fatalf("cancel: status %d, err %v; want 200", st, err)

@@ -128,12 +128,13 @@ type shipState struct {
 // Invariants reads the three databases once and checks, for every order:
 //
 //   - a draft order has no outbox event, no reservation and no shipping row;
-//   - a placed order has exactly its lines reserved, each once, with the
-//     ordered quantity;
-//   - a cancelled order holds no reservation;
+//   - a placed or confirmed order has exactly its lines reserved, each once,
+//     with the ordered quantity;
+//   - a cancelled or rejected order holds no reservation;
 //   - an order with at least one event is known to shipping with the
 //     order's own status and version (docs/architecture.md, rule 4), and its shipment
-//     follows the status (placed -> ready, cancelled -> cancelled);
+//     follows the status (placed -> pending, confirmed -> ready, rejected and
+//     cancelled -> cancelled);
 //
 // and, over all events: every outbox row is published (rule 2), and every
 // event's id is a processed_event key of both stock and shipping, with no
@@ -297,7 +298,7 @@ func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shi
 		if len(held) > 0 {
 			r.problem("draft order %s holds reservations %v", id, held)
 		}
-	case "placed":
+	case "placed", "confirmed": // untracked products: stock holds every line
 		for pid, qty := range o.lines {
 			got := held[pid]
 			switch {
@@ -315,9 +316,9 @@ func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shi
 				r.problem("placed order %s: product %s reserved %v but not ordered", id, pid, got)
 			}
 		}
-	case "cancelled":
+	case "cancelled", "rejected":
 		if len(held) > 0 {
-			r.problem("cancelled order %s still holds reservations %v", id, held)
+			r.problem("%s order %s still holds reservations %v", o.status, id, held)
 		}
 	default:
 		r.problem("order %s has unknown status %q", id, o.status)
@@ -336,7 +337,7 @@ func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shi
 	if s.status != o.status || s.version != o.version {
 		r.problem("order %s is %s v%d but shipping has %s v%d", id, o.status, o.version, s.status, s.version)
 	}
-	want := map[string]string{"placed": "ready", "cancelled": "cancelled"}[o.status]
+	want := map[string]string{"placed": "pending", "confirmed": "ready", "rejected": "cancelled", "cancelled": "cancelled"}[o.status]
 	if want != "" && s.shipment != want {
 		r.problem("order %s is %s but its shipment is %q, want %q", id, o.status, s.shipment, want)
 	}

@@ -193,8 +193,8 @@ func createContent(o *order.Order) []byte {
 	return []byte(b.String())
 }
 
-// getOrder handles GET /orders/{id}: 200 with the order, 400 for an id that
-// is not a UUID, 404 when no order has it.
+// getOrder handles GET /orders/{id}: 200 with the order (a rejected one with
+// its rejection), 400 for an id that is not a UUID, 404 when no order has it.
 func (a *API) getOrder(w http.ResponseWriter, r *http.Request) error {
 	id, err := httpx.PathUUID(r, "id")
 	if err != nil {
@@ -217,9 +217,11 @@ func (a *API) placeOrder(w http.ResponseWriter, r *http.Request) error {
 	return a.transition(w, r, (*order.Order).Place)
 }
 
-// cancelOrder handles POST /orders/{id}/cancel: 200 with the cancelled order,
-// 400 for a bad id, 404 for an unknown order, 409 when it is already
-// cancelled. The order.order.cancelled.v1 outbox row commits with it. An
+// cancelOrder handles POST /orders/{id}/cancel: 200 with the cancelled order
+// (a draft, placed or confirmed one), 400 for a bad id, 404 for an unknown
+// order, 409 when it is already cancelled or was rejected. The
+// order.order.cancelled.v1 outbox row commits with it; on it stock releases
+// what it holds for the order. An
 // Idempotency-Key works as for placeOrder.
 func (a *API) cancelOrder(w http.ResponseWriter, r *http.Request) error {
 	return a.transition(w, r, (*order.Order).Cancel)

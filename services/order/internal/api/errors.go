@@ -16,7 +16,8 @@ import (
 // the one function that answers every failed order request (docs/api-problems.md):
 //
 //   - order.ErrNotFound: 404 not-found;
-//   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled): 409 conflict;
+//   - order.ErrInvalidTransition (ErrNotDraft, ErrAlreadyCancelled, ErrRejected): 409
+//     conflict;
 //   - inbox.ErrConflict (an Idempotency-Key used with another request): 422
 //     idempotency-key-reused, locating the header;
 //   - the database unavailable (pg.Unavailable: refused or dropped connections, a
@@ -33,6 +34,7 @@ func errorRules() []httpx.Rule {
 		{Is: order.ErrNotFound, Kind: httpx.KindNotFound, Detail: "no order has this id"},
 		{Is: order.ErrNotDraft, Kind: httpx.KindConflict, Detail: "only a draft order can be placed"},
 		{Is: order.ErrAlreadyCancelled, Kind: httpx.KindConflict, Detail: "the order is already cancelled"},
+		{Is: order.ErrRejected, Kind: httpx.KindConflict, Detail: "stock rejected the order: there is nothing to cancel"},
 		{Is: order.ErrInvalidTransition, Kind: httpx.KindConflict, Detail: "the order's status does not allow this"},
 		{Is: inbox.ErrConflict, Kind: httpx.KindIdempotencyKeyReused,
 			Detail: "this Idempotency-Key was already used with a different request (another body, route or order)",

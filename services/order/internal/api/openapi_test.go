@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -17,6 +18,7 @@ import (
 	"example.com/shop/platform/testkit"
 	"example.com/shop/platform/testkit/openapitest"
 	"example.com/shop/services/order/internal/api"
+	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
 )
@@ -99,6 +101,44 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", jsonBody, []byte(`{}`)), http.StatusOK)
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", nil, nil), http.StatusConflict)
 	want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/cancel", withKey("p1"), nil), http.StatusUnprocessableEntity)
+
+	// Stock's answers: a confirmed order and a rejected one with its rejection, as GET and
+	// cancel show them.
+	st := store.New(pool, outbox.NewWriter(v, contracts.ProducerOrder))
+	answered := func(confirm bool) string {
+		created := s.Do(t, http.MethodPost, "/orders", jsonBody, []byte(createBody(uuid.New(), "3")))
+		want(created, http.StatusCreated)
+		var o struct{ ID string }
+		if err := json.Unmarshal(created.Body, &o); err != nil {
+			t.Fatal(err)
+		}
+		want(s.Do(t, http.MethodPost, "/orders/"+o.ID+"/place", nil, nil), http.StatusOK)
+		err := st.Update(testkit.Context(t), uuid.MustParse(o.ID), func(ord *order.Order) error {
+			if confirm {
+				return ord.Confirm(2, time.Now())
+			}
+			return ord.Reject(2, order.Rejection{Reason: contracts.RejectionInsufficientStock, Lines: []order.ShortLine{
+				{ProductID: ord.Lines()[0].ProductID, Requested: ord.Lines()[0].Quantity, Available: "0.000"}}}, time.Now())
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.ID
+	}
+	confirmed, rejected := answered(true), answered(false)
+	want(s.Do(t, http.MethodGet, "/orders/"+confirmed, nil, nil), http.StatusOK)
+	got := s.Do(t, http.MethodGet, "/orders/"+rejected, nil, nil)
+	want(got, http.StatusOK)
+	if !strings.Contains(string(got.Body), `"status":"rejected"`) || !strings.Contains(string(got.Body), `"rejection":{"reason":"insufficient_stock","lines":[{"product_id":`) ||
+		!strings.Contains(string(got.Body), `"requested":"3.000","available":"0.000"}]}`) {
+		t.Errorf("a rejected order: %s", got.Body)
+	}
+	want(s.Do(t, http.MethodPost, "/orders/"+rejected+"/cancel", nil, nil), http.StatusConflict)
+	cancelled := s.Do(t, http.MethodPost, "/orders/"+confirmed+"/cancel", nil, nil)
+	want(cancelled, http.StatusOK)
+	if !strings.Contains(string(cancelled.Body), `"status":"cancelled","version":4`) || strings.Contains(string(cancelled.Body), "rejection") {
+		t.Errorf("a confirmed order cancelled: %s", cancelled.Body)
+	}
 
 	testkit.RefuseConnections(t, url)
 	want(s.Do(t, http.MethodGet, "/orders/"+o.ID, nil, nil), http.StatusServiceUnavailable)

@@ -8,7 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
+	"example.com/shop/services/order/internal/events"
 	"example.com/shop/services/order/internal/order"
 )
 
@@ -100,13 +102,14 @@ func parseUUID(s string) (uuid.UUID, error) {
 
 // orderResponse is an order as the API shows it (services/order/api/openapi.yaml).
 type orderResponse struct {
-	ID         string         `json:"id"`
-	CustomerID string         `json:"customer_id"`
-	Status     string         `json:"status"`
-	Version    int            `json:"version"`
-	Lines      []lineResponse `json:"lines"`
-	CreatedAt  string         `json:"created_at"`
-	UpdatedAt  string         `json:"updated_at"`
+	ID         string               `json:"id"`
+	CustomerID string               `json:"customer_id"`
+	Status     string               `json:"status"`
+	Version    int                  `json:"version"`
+	Lines      []lineResponse       `json:"lines"`
+	Rejection  *contracts.Rejection `json:"rejection,omitempty"` // only on a rejected order
+	CreatedAt  string               `json:"created_at"`
+	UpdatedAt  string               `json:"updated_at"`
 }
 
 // lineResponse is one line of orderResponse; quantity has exactly 3 decimals.
@@ -128,6 +131,10 @@ func toResponse(o *order.Order) orderResponse {
 	}
 	for i, l := range lines {
 		out.Lines[i] = lineResponse{ProductID: l.ProductID.String(), Quantity: l.Quantity.String()}
+	}
+	if r := o.Rejection(); r != nil {
+		c := events.RejectionContract(*r)
+		out.Rejection = &c
 	}
 	return out
 }

@@ -33,13 +33,27 @@ func TestOutbox(t *testing.T) {
 	if err := o.Place(t0); err != nil {
 		t.Fatal(err)
 	}
+	if err := o.Confirm(2, t0); err != nil {
+		t.Fatal(err)
+	}
 	if err := o.Cancel(t0); err != nil {
+		t.Fatal(err)
+	}
+	r, err := order.New(uuid.New(), uuid.New(), []order.Line{{ProductID: uuid.New(), Quantity: q}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Place(t0); err != nil {
+		t.Fatal(err)
+	}
+	short := order.ShortLine{ProductID: uuid.New(), Requested: q, Available: "0.000"}
+	if err := r.Reject(2, order.Rejection{Reason: contracts.RejectionInsufficientStock, Lines: []order.ShortLine{short}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	want := []struct {
 		name    string
 		version int
-	}{{contracts.EventOrderPlaced, 2}, {contracts.EventOrderCancelled, 3}}
+	}{{contracts.EventOrderPlaced, 2}, {contracts.EventOrderConfirmed, 3}, {contracts.EventOrderCancelled, 4}}
 	for n, e := range o.Events() {
 		name, payload, err := events.Outbox(e)
 		if err != nil || name != want[n].name {
@@ -65,6 +79,33 @@ func TestOutbox(t *testing.T) {
 			len(p.Lines) != 1 || p.Lines[0].Quantity != "2.000" {
 			t.Errorf("event %d payload = %+v", n, p)
 		}
+	}
+	name, payload, err := events.Outbox(r.Events()[1])
+	if err != nil || name != contracts.EventOrderRejected {
+		t.Fatalf("rejected: %q, %v", name, err)
+	}
+	env, err := contracts.NewEnvelope(name, contracts.ProducerOrder, "c", payload, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := env.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := v.Decode(body)
+	if err != nil {
+		t.Fatalf("rejected fails the contract: %v", err)
+	}
+	var p contracts.OrderRejected
+	if err := json.Unmarshal(got.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Version != 3 || p.Rejection.Reason != contracts.RejectionInsufficientStock || len(p.Rejection.Lines) != 1 ||
+		p.Rejection.Lines[0] != (contracts.ShortLine{ProductID: short.ProductID, Requested: "2.000", Available: "0.000"}) {
+		t.Errorf("rejected payload = %+v", p)
+	}
+	if _, _, err := events.Outbox(order.Event{Kind: order.EventRejected}); err == nil {
+		t.Error("a rejected event without its rejection mapped to a contract event")
 	}
 	if _, _, err := events.Outbox(order.Event{Kind: "shipped"}); err == nil {
 		t.Error("an unknown kind mapped to a contract event")

@@ -1,5 +1,6 @@
-// Package order is the order domain: the Order aggregate, its place/cancel
-// state machine and the events its transitions record (docs/architecture.md, rule 1).
+// Package order is the order domain: the Order aggregate, its state machine
+// (place, confirm or reject on stock's answer, cancel) and the events its
+// transitions record (docs/architecture.md, rules 1 and 7).
 package order
 
 import (
@@ -16,18 +17,27 @@ import (
 type Status string
 
 // The states of the order state machine. An order starts as a draft; place
-// moves a draft to placed; cancel moves a draft or a placed order to cancelled,
-// which is final.
+// moves a draft to placed; stock's answer moves a placed order to confirmed
+// (every line held) or rejected (nothing held), which is final; cancel moves a
+// draft, placed or confirmed order to cancelled, which is final.
+//
+//	draft --place--> placed --confirm--> confirmed
+//	                   |  \--reject---> rejected
+//	draft, placed, confirmed --cancel--> cancelled
 const (
 	StatusDraft     Status = "draft"
 	StatusPlaced    Status = "placed"
+	StatusConfirmed Status = "confirmed"
+	StatusRejected  Status = "rejected"
 	StatusCancelled Status = "cancelled"
 )
 
 // Transition names of the state machine.
 const (
-	transitionPlace  = "place"
-	transitionCancel = "cancel"
+	transitionPlace   = "place"
+	transitionConfirm = "confirm"
+	transitionReject  = "reject"
+	transitionCancel  = "cancel"
 )
 
 // MaxLines is the largest number of lines an order may have.
@@ -45,6 +55,15 @@ var (
 	// ErrAlreadyCancelled means cancel was asked of a cancelled order; it wraps
 	// ErrInvalidTransition.
 	ErrAlreadyCancelled = fmt.Errorf("order is already cancelled: %w", ErrInvalidTransition)
+	// ErrRejected means cancel was asked of an order stock rejected; it wraps
+	// ErrInvalidTransition.
+	ErrRejected = fmt.Errorf("order was rejected: %w", ErrInvalidTransition)
+	// ErrAnswerOutdated means stock's answer is about a placement the order has moved
+	// on from (cancelled, already answered, or another version): it changes nothing
+	// (docs/architecture.md, rule 7). It wraps ErrInvalidTransition.
+	ErrAnswerOutdated = fmt.Errorf("the order has moved on from the placement this answers: %w", ErrInvalidTransition)
+	// ErrInvalidRejection means a rejection without a reason or without short lines.
+	ErrInvalidRejection = errors.New("a rejection needs a reason and at least one short line")
 
 	// ErrRequired means a mandatory value is missing (a nil UUID counts as missing).
 	ErrRequired = errors.New("is required")
@@ -91,6 +110,10 @@ type EventKind string
 const (
 	// EventPlaced is recorded by Place.
 	EventPlaced EventKind = "placed"
+	// EventConfirmed is recorded by Confirm.
+	EventConfirmed EventKind = "confirmed"
+	// EventRejected is recorded by Reject.
+	EventRejected EventKind = "rejected"
 	// EventCancelled is recorded by Cancel.
 	EventCancelled EventKind = "cancelled"
 )
@@ -103,7 +126,27 @@ type Event struct {
 	OrderID    uuid.UUID
 	CustomerID uuid.UUID
 	Lines      []Line
-	Version    int // the order's version after the transition
+	Version    int        // the order's version after the transition
+	Rejection  *Rejection // for EventRejected only
+}
+
+// Rejection is why stock refused a placed order, as its answer said.
+type Rejection struct {
+	// Reason is stock's reason, such as "insufficient_stock".
+	Reason string
+	// Lines are the lines stock could not hold; never empty.
+	Lines []ShortLine
+}
+
+// ShortLine is a line stock could not hold.
+type ShortLine struct {
+	ProductID uuid.UUID
+	// Requested is the line's quantity.
+	Requested Quantity
+	// Available is what stock had free for the product then: a decimal with three
+	// fraction digits, zero or greater, such as "0.000" (so no Quantity, which is never
+	// zero).
+	Available string
 }
 
 // Order is the order aggregate. Its fields are unexported: New and
@@ -116,6 +159,7 @@ type Order struct {
 	version    int
 	createdAt  time.Time
 	updatedAt  time.Time
+	rejection  *Rejection
 	machine    *fsm.FSM
 	events     []Event
 }
@@ -139,14 +183,20 @@ func New(id, customerID uuid.UUID, lines []Line, now time.Time) (*Order, error) 
 	return newOrder(id, customerID, lines, StatusDraft, 1, now, now), nil
 }
 
-// FromDatabase rebuilds an order from its stored columns, recording no event.
-// It returns an error when the stored values break an invariant (unknown
-// status, version below 1, invalid lines), which means the data is corrupt.
-func FromDatabase(id, customerID uuid.UUID, status Status, version int, lines []Line, createdAt, updatedAt time.Time) (*Order, error) {
+// FromDatabase rebuilds an order from its stored columns, recording no event;
+// rejection is the stored rejection, nil unless the order was rejected. It
+// returns an error when the stored values break an invariant (unknown status,
+// version below 1, invalid lines, a rejection on an order that was not
+// rejected or none on one that was), which means the data is corrupt.
+func FromDatabase(id, customerID uuid.UUID, status Status, version int, lines []Line, createdAt, updatedAt time.Time, rejection *Rejection) (*Order, error) {
 	switch status {
-	case StatusDraft, StatusPlaced, StatusCancelled:
+	case StatusDraft, StatusPlaced, StatusConfirmed, StatusRejected, StatusCancelled:
 	default:
 		return nil, fmt.Errorf("order %s: unknown status %q", id, status)
+	}
+	// A cancelled order may keep no rejection: only placed and confirmed orders are cancelled.
+	if (status == StatusRejected) != (rejection != nil) {
+		return nil, fmt.Errorf("order %s: status %s with rejection %v", id, status, rejection)
 	}
 	if version < 1 {
 		return nil, fmt.Errorf("order %s: version %d below 1", id, version)
@@ -157,7 +207,9 @@ func FromDatabase(id, customerID uuid.UUID, status Status, version int, lines []
 	if err := checkLines(lines); err != nil {
 		return nil, fmt.Errorf("order %s: %w", id, err)
 	}
-	return newOrder(id, customerID, lines, status, version, createdAt.UTC(), updatedAt.UTC()), nil
+	o := newOrder(id, customerID, lines, status, version, createdAt.UTC(), updatedAt.UTC())
+	o.rejection = rejection.clone()
+	return o, nil
 }
 
 func checkLines(lines []Line) error {
@@ -198,11 +250,19 @@ func newOrder(id, customerID uuid.UUID, lines []Line, status Status, version int
 	o.machine = fsm.NewFSM(string(status),
 		fsm.Events{
 			{Name: transitionPlace, Src: []string{string(StatusDraft)}, Dst: string(StatusPlaced)},
-			{Name: transitionCancel, Src: []string{string(StatusDraft), string(StatusPlaced)}, Dst: string(StatusCancelled)},
+			{Name: transitionConfirm, Src: []string{string(StatusPlaced)}, Dst: string(StatusConfirmed)},
+			{Name: transitionReject, Src: []string{string(StatusPlaced)}, Dst: string(StatusRejected)},
+			{Name: transitionCancel, Src: []string{string(StatusDraft), string(StatusPlaced), string(StatusConfirmed)}, Dst: string(StatusCancelled)},
 		},
 		fsm.Callbacks{
 			"enter_" + string(StatusPlaced): func(_ context.Context, e *fsm.Event) {
 				o.applied(e, EventPlaced)
+			},
+			"enter_" + string(StatusConfirmed): func(_ context.Context, e *fsm.Event) {
+				o.applied(e, EventConfirmed)
+			},
+			"enter_" + string(StatusRejected): func(_ context.Context, e *fsm.Event) {
+				o.applied(e, EventRejected)
 			},
 			"enter_" + string(StatusCancelled): func(_ context.Context, e *fsm.Event) {
 				o.applied(e, EventCancelled)
@@ -213,16 +273,23 @@ func newOrder(id, customerID uuid.UUID, lines []Line, status Status, version int
 }
 
 // applied finishes a transition: the order gets its next version and the time passed to
-// Place or Cancel (the event's only argument), then records an event of kind.
+// the transition's method (the event's first argument) and, for reject, its rejection
+// (the second), then records an event of kind.
 func (o *Order) applied(e *fsm.Event, kind EventKind) {
 	o.version++
-	if len(e.Args) == 1 {
+	if len(e.Args) >= 1 {
 		if now, ok := e.Args[0].(time.Time); ok {
 			o.updatedAt = now
 		}
 	}
+	if len(e.Args) == 2 {
+		if r, ok := e.Args[1].(*Rejection); ok {
+			o.rejection = r.clone()
+		}
+	}
 	o.events = append(o.events, Event{
 		Kind: kind, OrderID: o.id, CustomerID: o.customerID, Lines: o.Lines(), Version: o.version,
+		Rejection: o.rejection.clone(),
 	})
 }
 
@@ -231,24 +298,67 @@ func (o *Order) applied(e *fsm.Event, kind EventKind) {
 // ErrNotDraft (and so ErrInvalidTransition) when the order is not a draft, in
 // which case nothing changes.
 func (o *Order) Place(now time.Time) error {
-	return o.fire(transitionPlace, now, ErrNotDraft)
+	return o.fire(transitionPlace, ErrNotDraft, dbTime(now))
 }
 
-// Cancel moves a draft or placed order to cancelled at time now: the version
-// grows by one and an order.order.cancelled.v1 event is recorded. It returns an
-// error wrapping ErrAlreadyCancelled (and so ErrInvalidTransition) when the
-// order is already cancelled, in which case nothing changes.
+// Cancel moves a draft, placed or confirmed order to cancelled at time now: the
+// version grows by one and an order.order.cancelled.v1 event is recorded (stock
+// releases what it holds for the order on it). It returns an error wrapping
+// ErrAlreadyCancelled or ErrRejected (and so ErrInvalidTransition) when the order
+// is cancelled or rejected, in which case nothing changes.
 func (o *Order) Cancel(now time.Time) error {
-	return o.fire(transitionCancel, now, ErrAlreadyCancelled)
+	refused := ErrAlreadyCancelled
+	if o.Status() == StatusRejected {
+		refused = ErrRejected
+	}
+	return o.fire(transitionCancel, refused, dbTime(now))
 }
 
-func (o *Order) fire(transition string, now time.Time, refused error) error {
+// Confirm applies stock's confirmation of the placement at version answered
+// (docs/architecture.md, rule 7): a placed order at that version moves to
+// confirmed at time now, its version grows by one and an
+// order.order.confirmed.v1 event is recorded. An answer for an order that has
+// moved on (cancelled, answered already, or at another version) returns an error
+// wrapping ErrAnswerOutdated and changes nothing.
+func (o *Order) Confirm(answered int, now time.Time) error {
+	if err := o.answers(answered); err != nil {
+		return err
+	}
+	return o.fire(transitionConfirm, ErrAnswerOutdated, dbTime(now))
+}
+
+// Reject applies stock's rejection r of the placement at version answered, as
+// Confirm does, moving the order to rejected, keeping r on it and recording an
+// order.order.rejected.v1 event that carries r. It returns an error wrapping
+// ErrInvalidRejection for a rejection without reason or short lines, and
+// ErrAnswerOutdated as Confirm; nothing changes then.
+func (o *Order) Reject(answered int, r Rejection, now time.Time) error {
+	if r.Reason == "" || len(r.Lines) == 0 {
+		return fmt.Errorf("reject order %s: %w", o.id, ErrInvalidRejection)
+	}
+	if err := o.answers(answered); err != nil {
+		return err
+	}
+	return o.fire(transitionReject, ErrAnswerOutdated, dbTime(now), &r)
+}
+
+// answers returns an error wrapping ErrAnswerOutdated unless the order is still
+// placed at version answered.
+func (o *Order) answers(answered int) error {
+	if o.Status() != StatusPlaced || o.version != answered {
+		return fmt.Errorf("answer to order %s version %d, now %s at version %d: %w",
+			o.id, answered, o.Status(), o.version, ErrAnswerOutdated)
+	}
+	return nil
+}
+
+func (o *Order) fire(transition string, refused error, args ...any) error {
 	from := o.machine.Current()
 	if o.machine.Cannot(transition) {
 		return fmt.Errorf("%s order %s in status %s: %w", transition, o.id, from, refused)
 	}
 	// The state machine does no I/O; its context only reaches the callbacks above.
-	if err := o.machine.Event(context.Background(), transition, dbTime(now)); err != nil {
+	if err := o.machine.Event(context.Background(), transition, args...); err != nil {
 		return fmt.Errorf("%s order %s in status %s: %w", transition, o.id, from, err)
 	}
 	return nil
@@ -278,6 +388,17 @@ func (o *Order) CreatedAt() time.Time { return o.createdAt }
 
 // UpdatedAt returns when the order last changed (UTC).
 func (o *Order) UpdatedAt() time.Time { return o.updatedAt }
+
+// Rejection returns why stock rejected the order, or nil unless it is rejected.
+func (o *Order) Rejection() *Rejection { return o.rejection.clone() }
+
+// clone is a deep copy of r; nil for nil.
+func (r *Rejection) clone() *Rejection {
+	if r == nil {
+		return nil
+	}
+	return &Rejection{Reason: r.Reason, Lines: append([]ShortLine(nil), r.Lines...)}
+}
 
 // Events returns the events recorded by the transitions applied since the
 // order was built, oldest first, in a fresh slice.

@@ -100,6 +100,36 @@ func TestTransitions(t *testing.T) {
 			{"cancel", nil, order.StatusCancelled, 2},
 			{"place", order.ErrNotDraft, order.StatusCancelled, 2},
 		}},
+		{"confirm then cancel", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"confirm2", nil, order.StatusConfirmed, 3},
+			{"cancel", nil, order.StatusCancelled, 4},
+		}},
+		{"reject, then cancel is refused", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"reject2", nil, order.StatusRejected, 3},
+			{"cancel", order.ErrRejected, order.StatusRejected, 3},
+			{"confirm2", order.ErrAnswerOutdated, order.StatusRejected, 3},
+		}},
+		{"an answer after the cancel changes nothing", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"cancel", nil, order.StatusCancelled, 3},
+			{"confirm2", order.ErrAnswerOutdated, order.StatusCancelled, 3},
+			{"reject2", order.ErrAnswerOutdated, order.StatusCancelled, 3},
+		}},
+		{"a second answer changes nothing", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"confirm2", nil, order.StatusConfirmed, 3},
+			{"confirm2", order.ErrAnswerOutdated, order.StatusConfirmed, 3},
+			{"reject2", order.ErrAnswerOutdated, order.StatusConfirmed, 3},
+		}},
+		{"an answer to another version changes nothing", []step{
+			{"place", nil, order.StatusPlaced, 2},
+			{"confirm1", order.ErrAnswerOutdated, order.StatusPlaced, 2},
+		}},
+		{"an answer to a draft changes nothing", []step{
+			{"confirm1", order.ErrAnswerOutdated, order.StatusDraft, 1},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,10 +138,15 @@ func TestTransitions(t *testing.T) {
 			applied := 0
 			for i, s := range tc.steps {
 				var err error
-				if s.action == "place" {
+				switch s.action {
+				case "place":
 					err = o.Place(t0)
-				} else {
+				case "cancel":
 					err = o.Cancel(t0)
+				case "confirm1", "confirm2":
+					err = o.Confirm(int(s.action[7]-'0'), t0)
+				case "reject2":
+					err = o.Reject(2, sampleRejection(), t0)
 				}
 				if !errors.Is(err, s.wantErr) {
 					t.Fatalf("step %d %s: err = %v, want %v", i, s.action, err, s.wantErr)
@@ -151,7 +186,7 @@ func TestCancelRecordsCancelledEventWithVersion(t *testing.T) {
 func TestFromDatabaseRecordsNoEvent(t *testing.T) {
 	t.Parallel()
 	lines := []order.Line{{ProductID: uuid.New(), Quantity: qty(t, "1")}}
-	o, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusPlaced, 2, lines, t0, t0)
+	o, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusPlaced, 2, lines, t0, t0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +200,10 @@ func TestFromDatabaseRecordsNoEvent(t *testing.T) {
 		t.Fatalf("Cancel: %v, version %d", err, o.Version())
 	}
 
-	if _, err := order.FromDatabase(uuid.New(), uuid.New(), "shipped", 1, lines, t0, t0); err == nil {
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), "shipped", 1, lines, t0, t0, nil); err == nil {
 		t.Error("unknown status accepted")
 	}
-	if _, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusDraft, 0, lines, t0, t0); err == nil {
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusDraft, 0, lines, t0, t0, nil); err == nil {
 		t.Error("version 0 accepted")
 	}
 }
@@ -233,5 +268,49 @@ func TestParseQuantity(t *testing.T) {
 		if q, err := order.ParseQuantity(in); !errors.Is(err, order.ErrInvalidQuantity) {
 			t.Errorf("ParseQuantity(%q) = %q, %v; want ErrInvalidQuantity", in, q, err)
 		}
+	}
+}
+
+func sampleRejection() order.Rejection {
+	q, _ := order.ParseQuantity("3")
+	return order.Rejection{Reason: "insufficient_stock", Lines: []order.ShortLine{{ProductID: uuid.New(), Requested: q, Available: "1.000"}}}
+}
+
+// Reject keeps the rejection on the order and in its event; a rejection without a reason
+// or short lines is refused; FromDatabase keeps a rejection only on a rejected order.
+func TestRejectKeepsTheRejection(t *testing.T) {
+	t.Parallel()
+	o := newDraft(t)
+	if err := o.Place(t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Reject(2, order.Rejection{Reason: "insufficient_stock"}, t0); !errors.Is(err, order.ErrInvalidRejection) {
+		t.Fatalf("a rejection without lines: %v, want ErrInvalidRejection", err)
+	}
+	r := sampleRejection()
+	if err := o.Reject(2, r, t0); err != nil {
+		t.Fatal(err)
+	}
+	r.Lines[0].Available = "changed by the caller"
+	got := o.Rejection()
+	if got == nil || got.Reason != "insufficient_stock" || len(got.Lines) != 1 || got.Lines[0].Available != "1.000" {
+		t.Fatalf("Rejection() = %+v", got)
+	}
+	events := o.Events()
+	if e := events[len(events)-1]; e.Kind != order.EventRejected || e.Version != 3 || e.Rejection == nil || e.Rejection.Lines[0].Available != "1.000" {
+		t.Errorf("event = %+v, want rejected v3 with the rejection", e)
+	}
+	if c := newDraft(t); c.Rejection() != nil {
+		t.Error("a draft has a rejection")
+	}
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusRejected, 3, o.Lines(), t0, t0, nil); err == nil {
+		t.Error("FromDatabase: a rejected order without its rejection is accepted")
+	}
+	if _, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusConfirmed, 3, o.Lines(), t0, t0, got); err == nil {
+		t.Error("FromDatabase: a confirmed order with a rejection is accepted")
+	}
+	back, err := order.FromDatabase(uuid.New(), uuid.New(), order.StatusRejected, 3, o.Lines(), t0, t0, got)
+	if err != nil || back.Rejection().Reason != "insufficient_stock" {
+		t.Errorf("FromDatabase of a rejected order = %v, %v", back, err)
 	}
 }

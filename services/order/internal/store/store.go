@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
@@ -112,6 +113,14 @@ func (s *Store) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) 
 	return s.InTx(ctx, func(ctx context.Context, tx Tx) error { return tx.Update(ctx, id, fn) })
 }
 
+// UpdateInTx is Update inside tx, a transaction the caller owns: the inbox's, for
+// a consumer whose change must commit with the message's processed_event key
+// (docs/architecture.md, rule 3). It locks the order row, calls fn, saves and
+// writes the outbox rows as Update does, and never commits or rolls back tx.
+func (s *Store) UpdateInTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func(*order.Order) error) error {
+	return Tx{s: s, tx: tx}.Update(ctx, id, fn)
+}
+
 // Update is Store.Update in t's transaction.
 func (t Tx) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
 	if err := t.update(ctx, id, fn); err != nil {
@@ -140,8 +149,8 @@ func (t Tx) update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 			return fmt.Errorf("version %d changed under the row lock", before)
 		}
 		return nil
-	}, `UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1 AND version = $5`,
-		pgUUID(o.ID()), string(o.Status()), o.Version(), o.UpdatedAt(), before)
+	}, `UPDATE orders SET status = $2, version = $3, updated_at = $4, rejection = $6 WHERE id = $1 AND version = $5`,
+		pgUUID(o.ID()), string(o.Status()), o.Version(), o.UpdatedAt(), before, rejectionJSON(o.Rejection()))
 	if err := t.s.writeEvents(ctx, tx, o); err != nil {
 		return err
 	}
@@ -186,7 +195,7 @@ func insertOrder(tx *pipeTx, o *order.Order) {
 // load reads one order and its lines in tx in one statement, locking the
 // order row until tx ends when forUpdate is set.
 func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.Order, error) {
-	query := `SELECT o.customer_id, o.status, o.version, o.created_at, o.updated_at,
+	query := `SELECT o.customer_id, o.status, o.version, o.created_at, o.updated_at, o.rejection,
 		ARRAY(SELECT l.product_id FROM order_line l WHERE l.order_id = o.id ORDER BY l.line_no),
 		ARRAY(SELECT l.quantity::text FROM order_line l WHERE l.order_id = o.id ORDER BY l.line_no)
 		FROM orders o WHERE o.id = $1`
@@ -198,10 +207,11 @@ func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.
 		status               string
 		version              int
 		createdAt, updatedAt time.Time
+		stored               *contracts.Rejection
 		products             [][16]byte
 		quantities           []string
 	)
-	err := tx.QueryRow(ctx, query, pgUUID(id)).Scan((*[16]byte)(&customerID), &status, &version, &createdAt, &updatedAt, &products, &quantities)
+	err := tx.QueryRow(ctx, query, pgUUID(id)).Scan((*[16]byte)(&customerID), &status, &version, &createdAt, &updatedAt, &stored, &products, &quantities)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, order.ErrNotFound
 	}
@@ -219,7 +229,24 @@ func load(ctx context.Context, tx pgx.Tx, id uuid.UUID, forUpdate bool) (*order.
 		}
 		lines = append(lines, order.Line{ProductID: uuid.UUID(productID), Quantity: q})
 	}
-	return order.FromDatabase(id, customerID, order.Status(status), version, lines, createdAt, updatedAt)
+	var rejection *order.Rejection
+	if stored != nil {
+		r, err := events.RejectionFromContract(*stored)
+		if err != nil {
+			return nil, fmt.Errorf("read order rejection: %w", err)
+		}
+		rejection = &r
+	}
+	return order.FromDatabase(id, customerID, order.Status(status), version, lines, createdAt, updatedAt, rejection)
+}
+
+// rejectionJSON is the orders.rejection column of r: the contract's form, NULL for nil.
+func rejectionJSON(r *order.Rejection) *contracts.Rejection {
+	if r == nil {
+		return nil
+	}
+	c := events.RejectionContract(*r)
+	return &c
 }
 
 // pgUUID is id as pgx encodes it directly in the binary format; a uuid.UUID

@@ -59,8 +59,8 @@ func TestServe(t *testing.T) {
 		Status string `json:"status"`
 	}
 	servetest.GetJSON(t, srv.URL+"/shipments/"+orderID.String(), http.StatusOK, &shipment)
-	if shipment.Status != "ready" {
-		t.Errorf("shipment status = %q, want ready", shipment.Status)
+	if shipment.Status != "pending" {
+		t.Errorf("shipment status = %q, want pending (placed, not yet confirmed)", shipment.Status)
 	}
 
 	_, metrics := servetest.Get(t, srv.URL+"/metrics")

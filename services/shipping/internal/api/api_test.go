@@ -50,9 +50,10 @@ func TestAPI(t *testing.T) {
 	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
 		api.NewHandler(api.New(store.New(pool), nil), nil, metrics.NewRegistry()))
 
-	placed, cancelled := uuid.New(), uuid.New()
+	placed, confirmed, cancelled := uuid.New(), uuid.New(), uuid.New()
 	for _, c := range []shipping.StatusChange{
 		{OrderID: placed, Status: shipping.StatusPlaced, Version: 2},
+		{OrderID: confirmed, Status: shipping.StatusConfirmed, Version: 3},
 		{OrderID: cancelled, Status: shipping.StatusCancelled, Version: 3},
 	} {
 		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
@@ -82,9 +83,20 @@ func TestAPI(t *testing.T) {
 			wantBody: map[string]any{"order_id": cancelled.String(), "status": "cancelled", "version": 3.0},
 		},
 		{
-			name: "ready shipment", path: "/shipments/" + placed.String(),
+			name: "confirmed order status", path: "/order-status/" + confirmed.String(),
 			wantStatus: 200, wantType: "application/json",
-			wantBody:    map[string]any{"order_id": placed.String(), "status": "ready"},
+			wantBody: map[string]any{"order_id": confirmed.String(), "status": "confirmed", "version": 3.0},
+		},
+		{
+			name: "pending shipment", path: "/shipments/" + placed.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody:    map[string]any{"order_id": placed.String(), "status": "pending"},
+			wantDynamic: []string{"id", "created_at", "updated_at"},
+		},
+		{
+			name: "ready shipment", path: "/shipments/" + confirmed.String(),
+			wantStatus: 200, wantType: "application/json",
+			wantBody:    map[string]any{"order_id": confirmed.String(), "status": "ready"},
 			wantDynamic: []string{"id", "created_at", "updated_at"},
 		},
 		{

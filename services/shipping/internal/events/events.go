@@ -1,6 +1,7 @@
 // Package events applies the order events to the shipping database: the
-// handlers of order.order.placed.v1 and order.order.cancelled.v1 that run
-// inside the inbox's transaction.
+// handlers of order.order.placed.v1, order.order.confirmed.v1,
+// order.order.rejected.v1 and order.order.cancelled.v1 that run inside the
+// inbox's transaction.
 package events
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
@@ -21,46 +23,46 @@ import (
 // Consumer is the name shipping records its processed_event keys under.
 const Consumer = contracts.ConsumerShipping
 
-// Register adds the shipping handlers to in: order.order.placed.v1 records the
-// status placed, order.order.cancelled.v1 the status cancelled, each through
-// store.ApplyStatus (docs/architecture.md, rule 4), and when it wins brings the
-// order's shipment in step (placed -> ready, cancelled -> cancelled, created when
-// missing). Stale events are logged to logger at info level (nil discards) and
-// acknowledged: they are not failures. A change that can never apply is an error
-// wrapping inbox.ErrPermanent (dead-lettered at once; the inbox does the same for a
-// payload that does not decode); a database error is returned as it is, for the
-// inbox to retry or to wait out (rule 3).
+// Register adds the shipping handlers to in: each order event records the order's
+// status it names (placed, confirmed, rejected, cancelled) through store.ApplyStatus
+// (docs/architecture.md, rule 4: only the version decides), and when it wins brings
+// the order's shipment in step (shipping.ShipmentStatusFor: placed -> pending,
+// confirmed -> ready, rejected or cancelled -> cancelled; created when missing). Stale
+// events are logged to logger at info level (nil discards) and acknowledged: they are
+// not failures. A change that can never apply is an error wrapping inbox.ErrPermanent
+// (dead-lettered at once; the inbox does the same for a payload that does not decode);
+// a database error is returned as it is, for the inbox to retry or to wait out (rule 3).
 func Register(in *inbox.Inbox, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := handlers{logger: logger}
-	inbox.On(in, contracts.EventOrderPlaced, h.placed)
-	inbox.On(in, contracts.EventOrderCancelled, h.cancelled)
+	inbox.On(in, contracts.EventOrderPlaced, follow(h, shipping.StatusPlaced, func(p contracts.OrderPlaced) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderConfirmed, follow(h, shipping.StatusConfirmed, func(p contracts.OrderConfirmed) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderRejected, follow(h, shipping.StatusRejected, func(p contracts.OrderRejected) (uuid.UUID, int) { return p.OrderID, p.Version }))
+	inbox.On(in, contracts.EventOrderCancelled, follow(h, shipping.StatusCancelled, func(p contracts.OrderCancelled) (uuid.UUID, int) { return p.OrderID, p.Version }))
 }
 
 type handlers struct {
 	logger *slog.Logger
 }
 
-// placed records the status placed and makes the order's shipment ready when the
-// event's version wins.
-func (h handlers) placed(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.OrderPlaced) error {
-	won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusPlaced, Version: p.Version})
-	if err != nil || !won {
-		return err
+// follow is the handler of the order event whose payload T means status (ref reads its
+// order id and version): it records status and moves the order's shipment to the status
+// that follows it when the event's version wins.
+func follow[T any](h handlers, status shipping.Status, ref func(T) (uuid.UUID, int)) inbox.Handler[T] {
+	return func(ctx context.Context, tx pgx.Tx, m inbox.Meta, p T) error {
+		orderID, version := ref(p)
+		won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: orderID, Status: status, Version: version})
+		if err != nil || !won {
+			return err
+		}
+		shipment, err := shipping.ShipmentStatusFor(status)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %w", m.EventName, inbox.ErrPermanent, err)
+		}
+		return store.SetShipment(ctx, tx, orderID, shipment)
 	}
-	return store.SetShipment(ctx, tx, p.OrderID, shipping.ShipmentReady)
-}
-
-// cancelled records the status cancelled and cancels the order's shipment when the
-// event's version wins.
-func (h handlers) cancelled(ctx context.Context, tx pgx.Tx, m inbox.Meta, p contracts.OrderCancelled) error {
-	won, err := h.apply(ctx, tx, m, shipping.StatusChange{OrderID: p.OrderID, Status: shipping.StatusCancelled, Version: p.Version})
-	if err != nil || !won {
-		return err
-	}
-	return store.SetShipment(ctx, tx, p.OrderID, shipping.ShipmentCancelled)
 }
 
 // apply runs store.ApplyStatus for c and reports whether c won. Only the payload

@@ -48,7 +48,7 @@ func testTopology(t *testing.T) amqp.Topology {
 		Queues: []amqp.QueueSpec{{
 			Name:            p + ".shipping",
 			DeadLetterQueue: p + ".shipping.dlq",
-			RoutingKeys:     []string{contracts.EventOrderPlaced, contracts.EventOrderCancelled},
+			RoutingKeys:     shippingEvents(t),
 			RetryDelays:     amqp.DefaultRetryDelays(),
 		}},
 	}
@@ -161,16 +161,32 @@ func newRig(t *testing.T) *rig {
 
 // event builds an order event envelope. A zero id or occurredAt means a fresh
 // UUID v7 and now.
+// shippingEvents are the events the contract binds to shipping's queue.
+func shippingEvents(t *testing.T) []string {
+	t.Helper()
+	c, ok := contracts.ConsumerNamed(contracts.ConsumerShipping)
+	if !ok {
+		t.Fatal("the contract has no shipping consumer")
+	}
+	return c.Events
+}
+
 func event(t *testing.T, name string, orderID uuid.UUID, version int, id uuid.UUID, occurredAt time.Time) contracts.Envelope {
 	t.Helper()
 	if occurredAt.IsZero() {
 		occurredAt = time.Now()
 	}
-	payload := contracts.OrderPlaced{
+	p := contracts.OrderPlaced{
 		OrderID:    orderID,
 		CustomerID: uuid.New(),
 		Lines:      []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}},
 		Version:    version,
+	}
+	var payload any = p
+	if name == contracts.EventOrderRejected {
+		payload = contracts.OrderRejected{OrderID: p.OrderID, CustomerID: p.CustomerID, Lines: p.Lines, Version: version,
+			Rejection: contracts.Rejection{Reason: contracts.RejectionInsufficientStock, Lines: []contracts.ShortLine{
+				{ProductID: p.Lines[0].ProductID, Requested: "2.000", Available: "1.000"}}}}
 	}
 	env, err := contracts.NewEnvelope(name, contracts.ProducerOrder, uuid.NewString(), payload, occurredAt)
 	if err != nil {
@@ -313,7 +329,7 @@ func TestOrderEvents(t *testing.T) {
 		r.deliver(t, placed)
 		r.deliver(t, cancelled)
 
-		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentReady)
+		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentPending)
 		r.wantProcessed(t, placed.EventID, cancelled.EventID)
 	})
 
@@ -323,11 +339,46 @@ func TestOrderEvents(t *testing.T) {
 		v5 := event(t, contracts.EventOrderCancelled, orderID, 5, uuid.Nil, time.Time{})
 
 		r.deliver(t, v3)
-		r.wantStatus(t, orderID, shipping.StatusPlaced, 3, shipping.ShipmentReady)
+		r.wantStatus(t, orderID, shipping.StatusPlaced, 3, shipping.ShipmentPending)
 		r.deliver(t, v5)
 
 		r.wantStatus(t, orderID, shipping.StatusCancelled, 5, shipping.ShipmentCancelled)
 		r.wantProcessed(t, v3.EventID, v5.EventID)
+	})
+
+	t.Run("stock's answer: pending, then ready, then cancelled", func(t *testing.T) {
+		orderID := uuid.New()
+		placed := event(t, contracts.EventOrderPlaced, orderID, 2, uuid.Nil, time.Time{})
+		confirmed := event(t, contracts.EventOrderConfirmed, orderID, 3, uuid.Nil, time.Time{})
+		cancelled := event(t, contracts.EventOrderCancelled, orderID, 4, uuid.Nil, time.Time{})
+
+		r.deliver(t, placed)
+		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentPending)
+		r.deliver(t, confirmed)
+		r.wantStatus(t, orderID, shipping.StatusConfirmed, 3, shipping.ShipmentReady)
+		r.deliver(t, cancelled)
+		r.wantStatus(t, orderID, shipping.StatusCancelled, 4, shipping.ShipmentCancelled)
+	})
+
+	t.Run("confirmed before its placed: the version decides", func(t *testing.T) {
+		orderID := uuid.New()
+		placed := event(t, contracts.EventOrderPlaced, orderID, 2, uuid.Nil, time.Time{})
+		confirmed := event(t, contracts.EventOrderConfirmed, orderID, 3, uuid.Nil, time.Time{})
+
+		r.deliver(t, confirmed)
+		r.deliver(t, placed)
+		r.wantStatus(t, orderID, shipping.StatusConfirmed, 3, shipping.ShipmentReady)
+		r.wantProcessed(t, confirmed.EventID, placed.EventID)
+	})
+
+	t.Run("rejected: the shipment is cancelled", func(t *testing.T) {
+		orderID := uuid.New()
+		rejected := event(t, contracts.EventOrderRejected, orderID, 3, uuid.Nil, time.Time{})
+		placed := event(t, contracts.EventOrderPlaced, orderID, 2, uuid.Nil, time.Time{})
+
+		r.deliver(t, rejected)
+		r.deliver(t, placed)
+		r.wantStatus(t, orderID, shipping.StatusRejected, 3, shipping.ShipmentCancelled)
 	})
 
 	t.Run("v2 with no row yet: inserted", func(t *testing.T) {
@@ -336,7 +387,7 @@ func TestOrderEvents(t *testing.T) {
 
 		r.deliver(t, v2)
 
-		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentReady)
+		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentPending)
 		r.wantProcessed(t, v2.EventID)
 	})
 
@@ -352,7 +403,7 @@ func TestOrderEvents(t *testing.T) {
 		}
 		r.deliver(t, placed)
 
-		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentReady)
+		r.wantStatus(t, orderID, shipping.StatusPlaced, 2, shipping.ShipmentPending)
 		after, err := r.store.Shipment(testkit.Context(t), orderID)
 		if err != nil {
 			t.Fatal(err)

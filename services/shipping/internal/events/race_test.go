@@ -57,7 +57,7 @@ func TestConcurrentChangesKeepTheShipmentInStep(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		status, shipment := shipping.StatusPlaced, shipping.ShipmentReady
+		status, shipment := shipping.StatusPlaced, shipping.ShipmentPending
 		if final == contracts.EventOrderCancelled {
 			status, shipment = shipping.StatusCancelled, shipping.ShipmentCancelled
 		}

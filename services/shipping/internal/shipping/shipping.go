@@ -22,8 +22,12 @@ type Status string
 
 // Order statuses carried by the order events.
 const (
-	// StatusPlaced comes from order.order.placed.v1.
+	// StatusPlaced comes from order.order.placed.v1: stock has not answered yet.
 	StatusPlaced Status = "placed"
+	// StatusConfirmed comes from order.order.confirmed.v1: stock holds every line.
+	StatusConfirmed Status = "confirmed"
+	// StatusRejected comes from order.order.rejected.v1: stock could not hold it.
+	StatusRejected Status = "rejected"
 	// StatusCancelled comes from order.order.cancelled.v1.
 	StatusCancelled Status = "cancelled"
 )
@@ -33,12 +37,11 @@ type ShipmentStatus string
 
 // Shipment statuses (the CHECK constraint of the shipment table).
 const (
-	// ShipmentPending is a shipment not yet ready to go. No current event
-	// leads to it; it is kept for a preparation step between placed and ready.
+	// ShipmentPending is the shipment of a placed order: waiting for stock's answer.
 	ShipmentPending ShipmentStatus = "pending"
-	// ShipmentReady is the shipment of a placed order.
+	// ShipmentReady is the shipment of a confirmed order: stock holds its goods.
 	ShipmentReady ShipmentStatus = "ready"
-	// ShipmentCancelled is the shipment of a cancelled order.
+	// ShipmentCancelled is the shipment of a rejected or cancelled order.
 	ShipmentCancelled ShipmentStatus = "cancelled"
 )
 
@@ -47,7 +50,7 @@ const (
 // rule 4); event ids and occurred_at never do.
 type StatusChange struct {
 	OrderID uuid.UUID // the order the event is about
-	Status  Status    // StatusPlaced or StatusCancelled, from the event name
+	Status  Status    // from the event name: placed, confirmed, rejected or cancelled
 	Version int       // the order's version after the change (payload version, >= 1)
 }
 
@@ -66,13 +69,15 @@ func (c StatusChange) Validate() error {
 }
 
 // ShipmentStatusFor returns the shipment status that follows an order status:
-// placed -> ready, cancelled -> cancelled. An unknown status returns an error
-// wrapping ErrInvalidChange.
+// placed -> pending, confirmed -> ready, rejected and cancelled -> cancelled. An
+// unknown status returns an error wrapping ErrInvalidChange.
 func ShipmentStatusFor(s Status) (ShipmentStatus, error) {
 	switch s {
 	case StatusPlaced:
+		return ShipmentPending, nil
+	case StatusConfirmed:
 		return ShipmentReady, nil
-	case StatusCancelled:
+	case StatusRejected, StatusCancelled:
 		return ShipmentCancelled, nil
 	default:
 		return "", fmt.Errorf("%w: unknown order status %q", ErrInvalidChange, s)

@@ -12,7 +12,9 @@ import (
 func TestShipmentStatusFor(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[shipping.Status]shipping.ShipmentStatus{
-		shipping.StatusPlaced:    shipping.ShipmentReady,
+		shipping.StatusPlaced:    shipping.ShipmentPending,
+		shipping.StatusConfirmed: shipping.ShipmentReady,
+		shipping.StatusRejected:  shipping.ShipmentCancelled,
 		shipping.StatusCancelled: shipping.ShipmentCancelled,
 	} {
 		got, err := shipping.ShipmentStatusFor(in)
@@ -34,6 +36,8 @@ func TestStatusChangeValidate(t *testing.T) {
 	}{
 		{shipping.StatusChange{OrderID: id, Status: shipping.StatusPlaced, Version: 1}, true},
 		{shipping.StatusChange{OrderID: id, Status: shipping.StatusCancelled, Version: 7}, true},
+		{shipping.StatusChange{OrderID: id, Status: shipping.StatusConfirmed, Version: 3}, true},
+		{shipping.StatusChange{OrderID: id, Status: shipping.StatusRejected, Version: 3}, true},
 		{shipping.StatusChange{OrderID: uuid.Nil, Status: shipping.StatusPlaced, Version: 1}, false},
 		{shipping.StatusChange{OrderID: id, Status: shipping.StatusPlaced, Version: 0}, false},
 		{shipping.StatusChange{OrderID: id, Status: "shipped", Version: 1}, false},

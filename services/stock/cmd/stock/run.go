@@ -12,6 +12,8 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/httpx"
+	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/services/stock/internal/api"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/internal/store"
@@ -27,13 +29,19 @@ const name = events.Consumer
 // or, for serve, once ctx ends and everything has shut down; a *cli.UsageError for a
 // command line that cannot run. The commands are the platform's (package
 // consumerapp), named after stock; serve runs stock's own event handlers
-// (events.Register) and routes.
+// (events.Register, writing stock's answers to its outbox) and routes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	validator, err := contracts.NewValidator()
+	if err != nil {
+		return err
+	}
+	answers := outbox.NewWriter(validator, contracts.ProducerStock)
+	handlers := func(ib *inbox.Inbox, logger *slog.Logger) { events.Register(ib, answers, logger) }
 	return cli.Program{
 		Name:    name,
 		Summary: "reserves stock for placed orders from the order events on " + contracts.QueueStock,
 		Commands: []cli.Command{
-			service.ServeCommand(getenv, stderr, events.Register, routes),
+			service.ServeCommand(getenv, stderr, handlers, routes),
 			service.MigrateCommand(migrations.Schema, getenv, stderr),
 			service.PurgeInboxCommand(getenv, stdout),
 			service.DLQCommand(getenv, stdout, stderr),

@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"example.com/shop/platform/httpx"
@@ -48,15 +49,10 @@ type reservationJSON struct {
 	Status    string `json:"status"`
 }
 
-// TestGetReservations reads real rows through the real handler: held reservations, then
-// the same ones released by a cancel, an unknown order, bad parameters and a database
-// outage. Every answer must also match api/openapi.yaml (openapitest).
-func TestGetReservations(t *testing.T) {
-	t.Parallel()
-	pool, url := testkit.NewDatabase(t, migrations.Schema)
+// testGetReservations reads real rows through the real handler: held reservations, then
+// the same ones released by a cancel, an unknown order and bad parameters. Every answer must also match api/openapi.yaml (openapitest).
+func testGetReservations(t *testing.T, pool *pgxpool.Pool, srv *openapitest.Server) {
 	ctx := testkit.Context(t)
-	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
-		api.NewHandler(api.New(store.New(pool), nil), nil, prometheus.NewRegistry()))
 
 	orderID := uuid.New()
 	lines := []stock.Line{{ProductID: uuid.New(), Quantity: "1.000"}, {ProductID: uuid.New(), Quantity: "2.500"}}
@@ -73,11 +69,8 @@ func TestGetReservations(t *testing.T) {
 		}
 	}
 	apply(stock.StatusPlaced, 2, func(tx pgx.Tx) error {
-		rs, err := stock.Reserve(orderID, lines)
-		if err != nil {
-			return err
-		}
-		return store.Reserve(ctx, tx, rs)
+		_, _, err := store.Reserve(ctx, tx, orderID, lines)
+		return err
 	})
 
 	list := func(query string, status int) []reservationJSON {
@@ -126,7 +119,109 @@ func TestGetReservations(t *testing.T) {
 
 	apply(stock.StatusCancelled, 3, func(tx pgx.Tx) error { return store.Release(ctx, tx, orderID) })
 	check(list("?order_id="+orderID.String(), http.StatusOK), "released")
+}
+
+// TestAPI runs the tests of each route on one server, whose every operation must be
+// called, then checks that each answers 503 while the database refuses connections.
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
+	srv := openapitest.NewServer(t, openapitest.Load(t, loadOpenAPI(t)),
+		api.NewHandler(api.New(store.New(pool), nil), nil, prometheus.NewRegistry()))
+	t.Run("reservations", func(t *testing.T) { testGetReservations(t, pool, srv) })
+	t.Run("product stock", func(t *testing.T) { testProductStock(t, pool, srv) })
 
 	testkit.RefuseConnections(t, url)
-	list("?order_id="+orderID.String(), http.StatusServiceUnavailable)
+	for _, path := range []string{"/reservations?order_id=" + uuid.NewString(), "/products/" + uuid.NewString() + "/stock"} {
+		if r := srv.Do(t, http.MethodGet, path, nil, nil); r.Status != http.StatusServiceUnavailable {
+			t.Errorf("GET %s with the database down: %d %s, want 503", path, r.Status, r.Body)
+		}
+	}
+	r := srv.Do(t, http.MethodPut, "/products/"+uuid.NewString()+"/stock", http.Header{"Content-Type": {"application/json"}}, []byte(`{"on_hand": "1"}`))
+	if r.Status != http.StatusServiceUnavailable {
+		t.Errorf("PUT with the database down: %d %s, want 503", r.Status, r.Body)
+	}
+}
+
+// testProductStock sets and reads a product's stock through the real handlers: 404 while
+// untracked, 200 once PUT created its row, reserved and available following a placed
+// order, 409 below what is held, and precise 400 and 422 answers for bad input. Every
+// answer must also match api/openapi.yaml (openapitest).
+func testProductStock(t *testing.T, pool *pgxpool.Pool, srv *openapitest.Server) {
+	ctx := testkit.Context(t)
+	product := uuid.New()
+	path := "/products/" + product.String() + "/stock"
+	jsonHeader := http.Header{"Content-Type": {"application/json"}}
+	type stockJSON struct {
+		ProductID, OnHand, Reserved, Available string
+	}
+	do := func(method, path, body string, status int) (stockJSON, httpx.Problem) {
+		t.Helper()
+		var b []byte
+		if body != "" {
+			b = []byte(body)
+		}
+		r := srv.Do(t, method, path, jsonHeader, b)
+		if r.Status != status {
+			t.Fatalf("%s %s %s: %d %s, want %d", method, path, body, r.Status, r.Body, status)
+		}
+		var got struct {
+			ProductID string `json:"product_id"`
+			OnHand    string `json:"on_hand"`
+			Reserved  string `json:"reserved"`
+			Available string `json:"available"`
+		}
+		var p httpx.Problem
+		if status == http.StatusOK {
+			if err := json.Unmarshal(r.Body, &got); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := json.Unmarshal(r.Body, &p); err != nil {
+			t.Fatal(err)
+		}
+		return stockJSON{got.ProductID, got.OnHand, got.Reserved, got.Available}, p
+	}
+	want := func(got stockJSON, onHand, reserved, available string) {
+		t.Helper()
+		if got != (stockJSON{product.String(), onHand, reserved, available}) {
+			t.Errorf("stock = %+v, want on hand %s, reserved %s, available %s", got, onHand, reserved, available)
+		}
+	}
+
+	do(http.MethodGet, path, "", http.StatusNotFound)
+	got, _ := do(http.MethodPut, path, `{"on_hand": "10"}`, http.StatusOK)
+	want(got, "10.000", "0.000", "10.000")
+	orderID := uuid.New()
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := store.ApplyStatus(ctx, tx, stock.StatusChange{OrderID: orderID, Status: stock.StatusPlaced, Version: 2}); err != nil {
+			return err
+		}
+		_, short, err := store.Reserve(ctx, tx, orderID, []stock.Line{{ProductID: product, Quantity: "7.5"}})
+		if short != nil {
+			t.Errorf("short: %+v", short)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = do(http.MethodGet, path, "", http.StatusOK)
+	want(got, "10.000", "7.500", "2.500")
+	if _, p := do(http.MethodPut, path, `{"on_hand": "7.499"}`, http.StatusConflict); len(p.Errors) != 1 || p.Errors[0].Pointer != "/on_hand" {
+		t.Errorf("409 errors = %+v, want /on_hand", p.Errors)
+	}
+	got, _ = do(http.MethodPut, path, `{"on_hand": "7.500"}`, http.StatusOK)
+	want(got, "7.500", "7.500", "0.000")
+
+	for _, body := range []string{`{"on_hand": "-1"}`, `{"on_hand": "1.2345"}`, `{"on_hand": "1e3"}`, `{"on_hand": ""}`,
+		`{"on_hand": "1000000000"}`} {
+		if _, p := do(http.MethodPut, path, body, http.StatusUnprocessableEntity); len(p.Errors) != 1 || p.Errors[0].Pointer != "/on_hand" {
+			t.Errorf("PUT %s: errors = %+v, want /on_hand", body, p.Errors)
+		}
+	}
+	for _, body := range []string{`{"on_hand": 10}`, `{"on_hand": "1", "reserved": "0"}`, `[]`, `{`} {
+		do(http.MethodPut, path, body, http.StatusBadRequest)
+	}
+	do(http.MethodGet, "/products/abc/stock", "", http.StatusBadRequest)
+	do(http.MethodPut, "/products/abc/stock", `{"on_hand": "1"}`, http.StatusBadRequest)
 }

@@ -22,7 +22,11 @@ func NewHandler(api *API, logger *slog.Logger, reg *prometheus.Registry, checks 
 // Routes adds every stock route to r. It is the one list of the service's endpoints
 // (besides /healthz, /readyz and /metrics from httpx.NewRouter):
 //
-//	GET /reservations?order_id={uuid}  200 [reservationResponse] | 400 | 503
+//	GET /reservations?order_id={uuid}       200 [reservationResponse] | 400 | 503
+//	GET /products/{product_id}/stock        200 stockResponse | 400 | 404 | 503
+//	PUT /products/{product_id}/stock        200 stockResponse | 400 | 409 | 415 | 422 | 503
 func (a *API) Routes(r chi.Router) {
 	r.Get("/reservations", a.errs.Handle(a.listReservations))
+	r.Get("/products/{product_id}/stock", a.errs.Handle(a.getStock))
+	r.Put("/products/{product_id}/stock", a.errs.Handle(a.putStock))
 }

@@ -16,6 +16,7 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
@@ -37,7 +38,7 @@ func BenchmarkInboxOnly(b *testing.B) {
 			b.Cleanup(pool.Close)
 			v, _ := contracts.NewValidator()
 			ib := inbox.New(pool, events.Consumer, v, nil, nil, inbox.WithGroupCommit(c.batch, c.tx))
-			events.Register(ib, nil)
+			events.Register(ib, outbox.NewWriter(v, contracts.ProducerStock), nil)
 			envs := make([]contracts.Envelope, b.N)
 			for n := range envs {
 				envs[n], _ = s.placed(2)

@@ -1,10 +1,12 @@
 // Package events applies the order events to the stock database: the handlers of
 // order.order.placed.v1 and order.order.cancelled.v1 that run inside the inbox's
-// transaction.
+// transaction, and stock's answer to each placed order, written to its outbox in that
+// same transaction.
 package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -13,6 +15,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/services/stock/internal/stock"
 	"example.com/shop/services/stock/internal/store"
 )
@@ -21,8 +24,13 @@ import (
 const Consumer = contracts.ConsumerStock
 
 // Register adds the stock handlers to in: order.order.placed.v1 reserves every line
-// of the order, order.order.cancelled.v1 releases them, each only when its version wins
-// store.ApplyStatus (docs/architecture.md, rule 4). Both are inbox.GroupHandlers: with
+// of the order or none (docs/architecture.md, rule 6) and writes stock's answer through
+// w (stock.reservation.confirmed.v1 or stock.reservation.rejected.v1, with the order id
+// as aggregate key and the placed event's correlation id) in the inbox's transaction, so
+// the answer, the reservations and the event's processed_event key commit together;
+// order.order.cancelled.v1 releases what is held. Each applies only when its version
+// wins store.ApplyStatus (docs/architecture.md, rule 4); a stale placed event holds
+// nothing and answers nothing (its order has moved on). Both are inbox.GroupHandlers: with
 // group commit, the events of one name in a group are applied by a few set-based
 // statements (store.ApplyPlaced, store.ApplyCancelled). Stale events are logged to
 // logger at info level (nil discards) and acknowledged: they are not failures. A
@@ -30,22 +38,22 @@ const Consumer = contracts.ConsumerStock
 // inbox.ErrPermanent (dead-lettered at once; the inbox does the same for a payload
 // that does not decode); a database error is returned as it is, for the inbox to
 // retry or to wait out (rule 3).
-func Register(in *inbox.Inbox, logger *slog.Logger) {
+func Register(in *inbox.Inbox, w *outbox.Writer, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h := handlers{logger: logger}
+	h := handlers{outbox: w, logger: logger}
 	inbox.OnGroup(in, contracts.EventOrderPlaced, h.placed)
 	inbox.OnGroup(in, contracts.EventOrderCancelled, h.cancelled)
 }
 
 type handlers struct {
+	outbox *outbox.Writer
 	logger *slog.Logger
 }
 
-// placed reserves each line of each order (one reservation row per line, UUID v7 ids)
-// whose event's version wins; a stale event (its order already cancelled at a newer
-// version) reserves nothing.
+// placed decides each order whose event's version wins, all or nothing, and answers it;
+// a stale event (its order already cancelled at a newer version) reserves nothing.
 func (h handlers) placed(ctx context.Context, tx pgx.Tx, events []inbox.Event[contracts.OrderPlaced]) error {
 	ps := make([]store.Placed, len(events))
 	for n, e := range events {
@@ -55,24 +63,53 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, events []inbox.Event[co
 		}
 		lines := make([]stock.Line, len(e.Payload.Lines))
 		for k, l := range e.Payload.Lines {
+			if _, err := stock.ParseQuantity(l.Quantity); err != nil {
+				return inbox.EventFailed(n, fmt.Errorf("%s line %d: %w: %w", e.EventName, k+1, inbox.ErrPermanent, err))
+			}
 			lines[k] = stock.Line{ProductID: l.ProductID, Quantity: l.Quantity}
 		}
-		rs, err := stock.Reserve(e.Payload.OrderID, lines)
-		if err != nil {
-			return inbox.EventFailed(n, err)
-		}
-		ps[n] = store.Placed{Change: c, Reservations: rs}
+		ps[n] = store.Placed{Change: c, Lines: lines}
 	}
-	won, err := store.ApplyPlaced(ctx, tx, ps)
+	ds, err := store.ApplyPlaced(ctx, tx, ps)
 	if err != nil {
 		return fmt.Errorf("%s: %w", contracts.EventOrderPlaced, err)
 	}
-	for n, w := range won {
-		if !w {
+	for n, d := range ds {
+		if !d.Won {
 			h.stale(ctx, events[n].Meta, ps[n].Change)
+			continue
+		}
+		name, payload := Answer(ps[n].Change, d)
+		if _, err := h.outbox.Write(ctx, tx, name, ps[n].Change.OrderID.String(), events[n].CorrelationID, payload); err != nil {
+			var invalid *contracts.ValidationError
+			if errors.As(err, &invalid) { // this event's answer breaks the contract: it never will not
+				return inbox.EventFailed(n, fmt.Errorf("%s: write %s: %w: %w", events[n].EventName, name, inbox.ErrPermanent, err))
+			}
+			return fmt.Errorf("%s: write %s: %w", events[n].EventName, name, err) // the database: the group retries
 		}
 	}
 	return nil
+}
+
+// Answer is stock's answer to the placed change c that store.ApplyPlaced decided as d
+// (d.Won): stock.reservation.confirmed.v1 with the held lines (quantities with three
+// fraction digits) when d.Confirmed(), else stock.reservation.rejected.v1 with reason
+// insufficient_stock and the short lines. Both carry c.Version as order_version.
+func Answer(c stock.StatusChange, d store.Decision) (name string, payload any) {
+	if d.Confirmed() {
+		lines := make([]contracts.OrderLine, len(d.Reservations))
+		for k, r := range d.Reservations {
+			lines[k] = contracts.OrderLine{ProductID: r.ProductID, Quantity: r.Quantity}
+		}
+		return contracts.EventStockReservationConfirmed,
+			contracts.StockReservationConfirmed{OrderID: c.OrderID, OrderVersion: c.Version, Lines: lines}
+	}
+	short := make([]contracts.ShortLine, len(d.Short))
+	for k, l := range d.Short {
+		short[k] = contracts.ShortLine{ProductID: l.ProductID, Requested: l.Requested.String(), Available: l.Available.String()}
+	}
+	return contracts.EventStockReservationRejected, contracts.StockReservationRejected{
+		OrderID: c.OrderID, OrderVersion: c.Version, Reason: contracts.RejectionInsufficientStock, Lines: short}
 }
 
 // cancelled releases the reservations of each order (marks them released) whose

@@ -17,6 +17,7 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
@@ -105,7 +106,7 @@ func (s *system) startConsumer(opt consumerOptions) {
 		opt.inbox = []inbox.Option{inbox.WithGroupCommit(serviceGroup, serviceTx)}
 	}
 	ib := inbox.New(s.pool, events.Consumer, s.validator, s.logger, reg, opt.inbox...)
-	events.Register(ib, s.logger)
+	events.Register(ib, outbox.NewWriter(s.validator, contracts.ProducerStock), s.logger)
 	if opt.extra != nil {
 		opt.extra(ib)
 	}

@@ -9,13 +9,17 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
+	"example.com/shop/services/stock/internal/store"
 	"example.com/shop/services/stock/migrations"
 )
 
 // A cancel processed at the same moment as its order's place must not leave stock
-// held: the versioned upsert on order_status makes the two transactions take turns.
+// held: the versioned upsert on order_status makes the two transactions take turns,
+// and a tracked product gets back every unit the place took (docs/architecture.md,
+// rules 4, 6 and 7).
 func TestConcurrentPlaceAndCancelHoldNothing(t *testing.T) {
 	t.Parallel()
 	t.Run("one transaction per event", func(t *testing.T) { testConcurrentPlaceAndCancel(t) })
@@ -32,15 +36,19 @@ func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 	}
 	logger, _ := testkit.Logger(t)
 	ib := inbox.New(pool, events.Consumer, v, logger, nil, opts...)
-	events.Register(ib, logger)
+	events.Register(ib, outbox.NewWriter(v, contracts.ProducerStock), logger)
 
+	tracked := uuid.New() // on every order, with enough for all of them
+	if _, err := store.New(pool).SetOnHand(ctx, tracked, 1000_000); err != nil {
+		t.Fatal(err)
+	}
 	const orders = 40
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*orders)
 	for range orders {
 		p := contracts.OrderPlaced{
 			OrderID: uuid.New(), CustomerID: uuid.New(), Version: 2,
-			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}, {ProductID: uuid.New(), Quantity: "2.500"}},
+			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}, {ProductID: tracked, Quantity: "2.500"}},
 		}
 		placed, err := contracts.NewEnvelope(contracts.EventOrderPlaced, contracts.ProducerOrder, p.OrderID.String(), p, time.Now())
 		if err != nil {
@@ -71,6 +79,9 @@ func testConcurrentPlaceAndCancel(t *testing.T, opts ...inbox.Option) {
 	}
 	if held != 0 {
 		t.Fatalf("reservations held after %d concurrent place+cancel pairs = %d, want 0", orders, held)
+	}
+	if lv, err := store.New(pool).Level(ctx, tracked); err != nil || lv.Reserved != 0 {
+		t.Fatalf("the tracked product keeps %s reserved (%v), want 0.000", lv.Reserved, err)
 	}
 	var cancelled int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM order_status WHERE status = 'cancelled' AND version = 3`).Scan(&cancelled); err != nil {

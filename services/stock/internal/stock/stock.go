@@ -1,6 +1,8 @@
-// Package stock is the stock service's domain: the stock held for each line of a placed
-// order, and the versioned copy of the order's status that decides whether an order event
-// still applies (docs/architecture.md, rule 4). It knows no SQL and no transport.
+// Package stock is the stock service's domain: the on-hand quantities of tracked products,
+// the all-or-nothing decision on each placed order, the stock held for each line of a
+// confirmed order, and the versioned copy of the order's status that decides whether an
+// order event still applies (docs/architecture.md, rules 4 and 6). It knows no SQL and no
+// transport.
 package stock
 
 import (
@@ -73,19 +75,79 @@ type Reservation struct {
 	ProductID uuid.UUID
 	Quantity  string            // decimal with three fraction digits, such as "2.000"
 	Status    ReservationStatus // Held, or Released once the order is cancelled
+	// Tracked says the product had a stock row when the line was reserved: the line counts
+	// in that row's reserved quantity until it is released. A line of an untracked product
+	// counts nowhere, even after its product becomes tracked.
+	Tracked bool
+}
+
+// Level is a tracked product's stock: what is on hand and how much of it reservations hold.
+// 0 <= Reserved <= OnHand always (the database checks it too).
+type Level struct {
+	ProductID uuid.UUID
+	OnHand    Quantity
+	Reserved  Quantity
+}
+
+// Available is what a new reservation may still take: OnHand - Reserved.
+func (l Level) Available() Quantity { return l.OnHand - l.Reserved }
+
+// Short is a line that could not be held: its product had less available than requested.
+type Short struct {
+	ProductID uuid.UUID
+	Requested Quantity
+	Available Quantity
+}
+
+// Decide is the all-or-nothing decision on one placed order (docs/architecture.md, rule 6).
+// levels holds the stock rows of the tracked products among the lines, read under their row
+// locks; a product missing from it is untracked and always reservable. When every line of a
+// tracked product fits in what is available, Decide adds the lines to levels' Reserved (so
+// the next decision in the same transaction sees them) and returns no short line. Otherwise
+// it changes nothing and returns every short line, in line order. Lines name each product at
+// most once (the order service refuses duplicates).
+func Decide(lines []Line, levels map[uuid.UUID]*Level) (short []Short, err error) {
+	want := make([]Quantity, len(lines))
+	for n, l := range lines {
+		q, err := ParseQuantity(l.Quantity)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		want[n] = q
+		if lv, ok := levels[l.ProductID]; ok && q > lv.Available() {
+			short = append(short, Short{ProductID: l.ProductID, Requested: q, Available: lv.Available()})
+		}
+	}
+	if len(short) > 0 {
+		return short, nil
+	}
+	for n, l := range lines {
+		if lv, ok := levels[l.ProductID]; ok {
+			lv.Reserved += want[n]
+		}
+	}
+	return nil, nil
 }
 
 // Reserve returns the reservations that hold lines of order orderID: one per line, in
-// line order, numbered from 1, each Held with a new UUID v7 id. It fails only when no id
-// can be made.
-func Reserve(orderID uuid.UUID, lines []Line) ([]Reservation, error) {
+// line order, numbered from 1, each Held with a new UUID v7 id, its quantity written with
+// three fraction digits, and Tracked when levels (as given to Decide) holds its product.
+// It returns an error wrapping ErrInvalidQuantity for a line whose quantity does not parse,
+// and an error when no id can be made.
+func Reserve(orderID uuid.UUID, lines []Line, levels map[uuid.UUID]*Level) ([]Reservation, error) {
 	out := make([]Reservation, len(lines))
 	for n, l := range lines {
+		q, err := ParseQuantity(l.Quantity)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n+1, err)
+		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			return nil, fmt.Errorf("reservation id: %w", err)
 		}
-		out[n] = Reservation{ID: id, OrderID: orderID, LineNo: n + 1, ProductID: l.ProductID, Quantity: l.Quantity, Status: Held}
+		_, tracked := levels[l.ProductID]
+		out[n] = Reservation{ID: id, OrderID: orderID, LineNo: n + 1, ProductID: l.ProductID, Quantity: q.String(),
+			Status: Held, Tracked: tracked}
 	}
 	return out, nil
 }

@@ -157,15 +157,18 @@ func TestReserveAndRelease(t *testing.T) {
 	s := store.New(pool)
 	orderID := uuid.New()
 	lines := []stock.Line{{ProductID: uuid.New(), Quantity: "1.000"}, {ProductID: uuid.New(), Quantity: "2.500"}}
-	rs, err := stock.Reserve(orderID, lines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+	var rs []stock.Reservation
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := store.ApplyStatus(ctx, tx, stock.StatusChange{OrderID: orderID, Status: stock.StatusPlaced, Version: 2}); err != nil {
 			return err
 		}
-		return store.Reserve(ctx, tx, rs)
+		var short []stock.Short
+		var err error
+		rs, short, err = store.Reserve(ctx, tx, orderID, lines)
+		if short != nil {
+			t.Errorf("untracked products are short: %+v", short)
+		}
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -220,22 +223,26 @@ func TestApplyPlacedAndCancelledForManyOrders(t *testing.T) {
 	fresh, stale, twice, other := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	applyStatus(t, pool, stock.StatusChange{OrderID: stale, Status: stock.StatusCancelled, Version: 5})
 	placed := func(order uuid.UUID, version int) store.Placed {
-		rs, err := stock.Reserve(order, []stock.Line{{ProductID: uuid.New(), Quantity: "1.500"}, {ProductID: uuid.New(), Quantity: "2.000"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return store.Placed{Change: stock.StatusChange{OrderID: order, Status: stock.StatusPlaced, Version: version}, Reservations: rs}
+		return store.Placed{Change: stock.StatusChange{OrderID: order, Status: stock.StatusPlaced, Version: version},
+			Lines: []stock.Line{{ProductID: uuid.New(), Quantity: "1.500"}, {ProductID: uuid.New(), Quantity: "2.000"}}}
 	}
-	var won []bool
+	var ds []store.Decision
 	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		won, err = store.ApplyPlaced(ctx, tx, []store.Placed{
+		ds, err = store.ApplyPlaced(ctx, tx, []store.Placed{
 			placed(fresh, 2), placed(stale, 2), placed(twice, 2), placed(twice, 2), placed(other, 2),
 		})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	won := make([]bool, len(ds))
+	for n, d := range ds {
+		won[n] = d.Won
+		if d.Won != d.Confirmed() {
+			t.Errorf("decision %d = %+v: untracked products are always reservable", n, d)
+		}
 	}
 	if !slices.Equal(won, []bool{true, false, true, false, true}) {
 		t.Errorf("placed won %v, want [true false true false true]", won)
