@@ -178,117 +178,153 @@ func (b *batcher) handOff() {
 // request when the group fails.
 func (b *batcher) commit(ctx context.Context, group []*request) {
 	i := b.inbox
-	c := i.consumer
 	if len(group) == 1 {
 		r := group[0]
 		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.event, r.route))
 		return
 	}
-	// One key and content hash per distinct key, in key order: the first copy's.
-	sums := make(map[string][]byte, len(group))
-	keys := make([]string, 0, len(group))
-	for _, r := range group {
-		if _, ok := sums[r.event.key]; !ok {
-			sums[r.event.key] = r.event.sum
-			keys = append(keys, r.event.key)
-		}
-	}
-	slices.Sort(keys)
-	hashes := make([][]byte, len(keys))
-	for n, k := range keys {
-		hashes[n] = sums[k]
-	}
-
-	outcome := make([]error, len(group)) // per member: nil, errDup or a *ConflictError
-	failed, failedErr := -1, error(nil)
-	timer := prometheus.NewTimer(c.metrics.duration)
-	err := pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, insertKeys, c.name, keys, hashes)
-		if err != nil {
-			return fmt.Errorf("record keys: %w", err)
-		}
-		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("record keys: %w", err)
-		}
-		fresh := make(map[string]bool, len(inserted))
-		for _, k := range inserted {
-			fresh[k] = true
-		}
-		stored, err := storedHashes(ctx, tx, c.name, keys, fresh)
-		if err != nil {
-			return err
-		}
-		var sets []*groupSet // the new events of each GroupHandler, in order of first appearance
-		for n, r := range group {
-			e := r.event
-			if !fresh[e.key] {
-				// A key stored before, or by an earlier copy in this group.
-				prev, ok := stored[e.key]
-				if !ok {
-					prev = sums[e.key]
-				}
-				if prev != nil && !bytes.Equal(prev, e.sum) {
-					outcome[n] = c.conflict(ctx, e.key, prev, e.sum)
-				} else {
-					outcome[n] = errDup
-				}
-				continue
-			}
-			delete(fresh, e.key) // a later copy in this group is a duplicate
-			if r.route.group != nil {
-				sets = addToSet(sets, n, r)
-				continue
-			}
-			if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, e, r.route); err != nil {
-				failed, failedErr = n, err
-				return err
-			}
-		}
-		for _, set := range sets {
-			err := i.runGroup(ctx, tx, set.events, set.spans, set.route)
-			var ef *eventFailure
-			switch {
-			case err == nil:
-			case isContention(err):
-				return err
-			case errors.As(err, &ef):
-				failed, failedErr = set.members[ef.index], ef.err
-				return err
-			case len(set.members) == 1:
-				failed, failedErr = set.members[0], err
-				return err
-			default:
-				return err // not attributed: every member is redone alone
-			}
-			for _, n := range set.members {
-				r := group[n]
-				if err := i.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.event, r.route); err != nil {
-					failed, failedErr = n, err
-					return err
-				}
-			}
-		}
-		return nil
-	})
+	g := newGroupTx(i, group)
+	timer := prometheus.NewTimer(i.consumer.metrics.duration)
+	err := pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error { return g.run(ctx, tx) })
 	timer.ObserveDuration()
-	if err == nil {
+	switch {
+	case err == nil:
 		for n, r := range group {
-			r.finish(i.record(r.event.key, outcome[n]))
+			r.finish(i.record(r.event.key, g.outcome[n]))
 		}
-		return
-	}
-	if failed >= 0 && !isContention(failedErr) {
+	case g.failed >= 0 && !isContention(g.failedErr):
 		// One member failed: it gets its error, the others are committed again
 		// without it (a smaller group, which may fail again and shrink once more).
-		r := group[failed]
-		r.finish(i.record(r.event.key, failedErr))
-		b.commit(ctx, slices.Delete(slices.Clone(group), failed, failed+1))
-		return
+		r := group[g.failed]
+		r.finish(i.record(r.event.key, g.failedErr))
+		b.commit(ctx, slices.Delete(slices.Clone(group), g.failed, g.failed+1))
+	default:
+		for _, r := range group {
+			r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.event, r.route))
+		}
 	}
+}
+
+// groupTx is one attempt to commit a group in one transaction: its keys, then the
+// handlers of its new events. It records each member's outcome and which member,
+// if any, failed the transaction.
+type groupTx struct {
+	inbox *Inbox
+	group []*request
+	keys  []string          // the distinct keys, in key order (the lock order)
+	sums  map[string][]byte // each key's content hash, the first copy's
+
+	outcome   []error // per member: nil, errDup or a *ConflictError
+	failed    int     // the member whose handler failed the transaction, or -1
+	failedErr error
+}
+
+func newGroupTx(i *Inbox, group []*request) *groupTx {
+	g := &groupTx{inbox: i, group: group, sums: make(map[string][]byte, len(group)),
+		outcome: make([]error, len(group)), failed: -1}
 	for _, r := range group {
-		r.finish(i.processOne(trace.ContextWithSpan(ctx, r.span), r.event, r.route))
+		if _, ok := g.sums[r.event.key]; !ok {
+			g.sums[r.event.key] = r.event.sum
+			g.keys = append(g.keys, r.event.key)
+		}
 	}
+	slices.Sort(g.keys)
+	return g
+}
+
+// fail records that member n failed the transaction with err, and returns err.
+func (g *groupTx) fail(n int, err error) error {
+	g.failed, g.failedErr = n, err
+	return err
+}
+
+// run inserts the group's keys, sorts out its duplicates and conflicts, then runs
+// the Handlers of each new event in the group's order and each GroupHandler once.
+func (g *groupTx) run(ctx context.Context, tx pgx.Tx) error {
+	fresh, stored, err := g.recordKeys(ctx, tx)
+	if err != nil {
+		return err
+	}
+	c := g.inbox.consumer
+	var sets []*groupSet // the new events of each GroupHandler, in order of first appearance
+	for n, r := range g.group {
+		e := r.event
+		if !fresh[e.key] {
+			// A key stored before, or by an earlier copy in this group.
+			prev, ok := stored[e.key]
+			if !ok {
+				prev = g.sums[e.key]
+			}
+			if prev != nil && !bytes.Equal(prev, e.sum) {
+				g.outcome[n] = c.conflict(ctx, e.key, prev, e.sum)
+			} else {
+				g.outcome[n] = errDup
+			}
+			continue
+		}
+		delete(fresh, e.key) // a later copy in this group is a duplicate
+		if r.route.group != nil {
+			sets = addToSet(sets, n, r)
+			continue
+		}
+		if err := g.inbox.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, e, r.route); err != nil {
+			return g.fail(n, err)
+		}
+	}
+	for _, set := range sets {
+		if err := g.runSet(ctx, tx, set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordKeys inserts the group's keys and returns those it inserted (fresh) and
+// the content hashes stored before for the others.
+func (g *groupTx) recordKeys(ctx context.Context, tx pgx.Tx) (fresh map[string]bool, stored map[string][]byte, err error) {
+	hashes := make([][]byte, len(g.keys))
+	for n, k := range g.keys {
+		hashes[n] = g.sums[k]
+	}
+	rows, err := tx.Query(ctx, insertKeys, g.inbox.consumer.name, g.keys, hashes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record keys: %w", err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, fmt.Errorf("record keys: %w", err)
+	}
+	fresh = make(map[string]bool, len(inserted))
+	for _, k := range inserted {
+		fresh[k] = true
+	}
+	stored, err = storedHashes(ctx, tx, g.inbox.consumer.name, g.keys, fresh)
+	return fresh, stored, err
+}
+
+// runSet runs one GroupHandler on its new events, then each event's own Handlers,
+// attributing a failure to the member it names when it can.
+func (g *groupTx) runSet(ctx context.Context, tx pgx.Tx, set *groupSet) error {
+	err := g.inbox.runGroup(ctx, tx, set.events, set.spans, set.route)
+	var ef *eventFailure
+	switch {
+	case err == nil:
+	case isContention(err):
+		return err
+	case errors.As(err, &ef):
+		return g.fail(set.members[ef.index], ef.err)
+	case len(set.members) == 1:
+		return g.fail(set.members[0], err)
+	default:
+		return err // not attributed: every member is redone alone
+	}
+	for _, n := range set.members {
+		r := g.group[n]
+		if err := g.inbox.runHandlers(trace.ContextWithSpan(ctx, r.span), tx, r.event, r.route); err != nil {
+			return g.fail(n, err)
+		}
+	}
+	return nil
 }
 
 // groupSet is the new events of one GroupHandler in a group.
