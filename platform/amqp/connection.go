@@ -210,27 +210,7 @@ func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks 
 		Heartbeat:  10 * time.Second,
 		Locale:     "en_US",
 		Properties: amqp091.NewConnectionProperties(),
-		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: dialTimeout}
-			conn, err := d.DialContext(c.closing, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// As amqp091.DefaultDial: a deadline for the handshake, which
-			// the library clears once the connection is open.
-			if err := conn.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
-				_ = conn.Close()
-				return nil, err
-			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.closed {
-				_ = conn.Close()
-				return nil, ErrClosed
-			}
-			sock, c.dialing = conn, conn
-			return conn, nil
-		},
+		Dial:       c.dialer(&sock),
 	}
 	defer func() {
 		c.mu.Lock()
@@ -268,6 +248,32 @@ func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks 
 	close(c.up)
 	c.mu.Unlock()
 	return conn, sock, blocks, nil
+}
+
+// dialer is connect's dial function: a TCP dial that Close cuts, with a deadline
+// for the handshake (as amqp091.DefaultDial; the library clears it once the
+// connection is open). It keeps the socket in *sock and in c.dialing, so that
+// Close can end a handshake or a declaration under way.
+func (c *Connection) dialer(sock *net.Conn) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		conn, err := d.DialContext(c.closing, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := conn.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			_ = conn.Close()
+			return nil, ErrClosed
+		}
+		*sock, c.dialing = conn, conn
+		return conn, nil
+	}
 }
 
 // shut closes conn, whose socket is sock, and returns once the library has

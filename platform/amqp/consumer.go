@@ -525,6 +525,14 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 		}
 		return nil
 	}
+	return c.failed(ctx, d, attempt, err)
+}
+
+// failed settles d after its handler returned err: back to the queue unsettled
+// for an unavailable dependency (returning the cause) or a shutdown, to the
+// dead-letter path for a permanent failure or the last attempt, else to the retry
+// queue of its attempt.
+func (c *Consumer) failed(ctx context.Context, d *amqp091.Delivery, attempt int, err error) (unavailable error) {
 	// Built only off the success path: a logger With attributes costs
 	// allocations and encoding on every delivery.
 	log := c.deliveryLogger(d, attempt)
