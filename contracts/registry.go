@@ -16,6 +16,8 @@ const (
 	ConsumerStock = "stock"
 	// ConsumerShipping is the shipping service's consumer: it keeps order_status and shipments.
 	ConsumerShipping = "shipping"
+	// ConsumerOrder is the order service's consumer: it moves placed orders on stock's answers.
+	ConsumerOrder = "order"
 )
 
 // Producer describes one service that publishes events through its own outbox and relay.
@@ -33,10 +35,11 @@ func (p Producer) Publishes(eventName string) bool {
 }
 
 // Producers returns every producer of the contract's events, in a fresh slice the caller may
-// modify: order, publishing both order events.
+// modify: order, publishing the order's four events, and stock, publishing its two answers.
 func Producers() []Producer {
 	return []Producer{
-		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled}},
+		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
+		{Name: ProducerStock, Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
 	}
 }
 
@@ -73,11 +76,16 @@ func (c Consumer) Receives(eventName string) bool {
 }
 
 // Consumers returns every consumer of the contract's events, in a fresh slice the caller may
-// modify: stock and shipping, each receiving both order events.
+// modify: stock receiving placed and cancelled orders, shipping every order event, and order
+// stock's answers.
 func Consumers() []Consumer {
 	return []Consumer{
-		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ, Events: EventNames()},
-		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ, Events: EventNames()},
+		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ,
+			Events: []string{EventOrderPlaced, EventOrderCancelled}},
+		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ,
+			Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
+		{Name: ConsumerOrder, Queue: QueueOrder, DeadLetterQueue: QueueOrderDLQ,
+			Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
 	}
 }
 
