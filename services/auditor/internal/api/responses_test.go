@@ -20,7 +20,6 @@ import (
 	"example.com/shop/services/auditor/internal/api"
 	"example.com/shop/services/auditor/internal/auditor"
 	"example.com/shop/services/auditor/internal/probe"
-	"example.com/shop/services/auditor/internal/store"
 	"example.com/shop/services/auditor/internal/store/storetest"
 )
 
@@ -65,7 +64,7 @@ VALUES ($1, $2, $3, $4, 'handler failed', 5, $5)`, contracts.ConsumerStock, even
 	exec(sh.Pool, `INSERT INTO shipment (id, order_id, status) VALUES ($1, $2, 'cancelled')`, uuid.New(), order)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := store.New(o.Pool, map[string]*pgxpool.Pool{contracts.ConsumerStock: st.Pool, contracts.ConsumerShipping: sh.Pool})
+	s := storetest.Store(o, st, sh)
 	reg := prometheus.NewRegistry()
 	audit, err := auditor.New(s, auditor.Config{Interval: time.Second, Grace: time.Minute, Window: time.Hour}, reg, logger)
 	if err != nil {

@@ -26,15 +26,19 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	o, st, sh := storetest.New(t)
 	w := &world{order: o.Pool, stock: st.Pool, shipping: sh.Pool}
-	w.st = store.New(w.order, map[string]*pgxpool.Pool{contracts.ConsumerStock: w.stock, contracts.ConsumerShipping: w.shipping})
+	w.st = storetest.Store(o, st, sh)
 	return w
 }
 
-func (w *world) consumer(name string) *pgxpool.Pool {
-	if name == contracts.ConsumerStock {
+// db returns the database of the service name.
+func (w *world) db(name string) *pgxpool.Pool {
+	switch name {
+	case contracts.ConsumerStock:
 		return w.stock
+	case contracts.ConsumerShipping:
+		return w.shipping
 	}
-	return w.shipping
+	return w.order
 }
 
 // idAt returns a UUID v7 of the millisecond of at.
@@ -78,13 +82,13 @@ VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
 // process records consumer's processed_event key of event at `at`.
 func (w *world) process(t *testing.T, consumer string, event uuid.UUID, at time.Time) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES ($1, $2, $3)`, consumer, event.String(), at)
+	w.exec(t, w.db(consumer), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES ($1, $2, $3)`, consumer, event.String(), at)
 }
 
 // forget deletes consumer's key of event, as an operator's mistake would.
 func (w *world) forget(t *testing.T, consumer string, event uuid.UUID) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND message_key = $2`, consumer, event.String())
+	w.exec(t, w.db(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND message_key = $2`, consumer, event.String())
 }
 
 func (w *world) exec(t *testing.T, p *pgxpool.Pool, sql string, args ...any) {
