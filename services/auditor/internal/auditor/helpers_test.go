@@ -71,11 +71,25 @@ VALUES ($1, $2, 'draft', 1, $3, $3)`, id, uuid.New(), createdAt)
 func (w *world) event(t *testing.T, orderID uuid.UUID, name string, version int, occurredAt time.Time, publishedAt *time.Time) uuid.UUID {
 	t.Helper()
 	id := idAt(t, occurredAt)
-	status := map[string]string{contracts.EventOrderPlaced: "placed", contracts.EventOrderCancelled: "cancelled"}[name]
+	status := map[string]string{contracts.EventOrderPlaced: "placed", contracts.EventOrderCancelled: "cancelled",
+		contracts.EventOrderConfirmed: "confirmed", contracts.EventOrderRejected: "rejected"}[name]
 	env := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"order_id":%q,"version":%d}}`, id, name, orderID, version)
 	w.exec(t, w.order, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
 VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
-	w.exec(t, w.order, `UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1`, orderID, status, version, occurredAt)
+	w.exec(t, w.order, `UPDATE orders SET status = $2, version = $3, updated_at = $4,
+	rejection = CASE WHEN $2 = 'rejected' THEN '{"reason":"insufficient_stock","lines":[]}'::jsonb END WHERE id = $1`,
+		orderID, status, version, occurredAt)
+	return id
+}
+
+// answer writes stock's outbox row of its answer name to version of order at
+// occurredAt, published at publishedAt (nil: unpublished).
+func (w *world) answer(t *testing.T, orderID uuid.UUID, name string, version int, occurredAt time.Time, publishedAt *time.Time) uuid.UUID {
+	t.Helper()
+	id := idAt(t, occurredAt)
+	env := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"order_id":%q,"order_version":%d}}`, id, name, orderID, version)
+	w.exec(t, w.stock, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
 	return id
 }
 

@@ -3,6 +3,7 @@ package auditor
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -120,7 +121,7 @@ func (a *Audit) recheckUnanswered(ctx context.Context, now time.Time) error {
 		}
 		for _, r := range rows {
 			u, ok := waiting[r.OrderID]
-			if !ok || r.OrderVersion != u.Version || !isAnswer(reqs[u.EventName], r.EventName) {
+			if !ok || r.OrderVersion != u.Version || !slices.Contains(reqs[u.EventName].answers, r.EventName) {
 				continue
 			}
 			answers[r.OrderID] = &Answer{Producer: r.Producer, EventID: r.ID, EventName: r.EventName, PublishedAt: r.PublishedAt}
@@ -148,29 +149,11 @@ func answeringProducers(reqs map[string]request) []string {
 	var out []string
 	for _, p := range contracts.Producers() {
 		for _, req := range reqs {
-			if isAnswerOf(p, req) {
+			if slices.ContainsFunc(req.answers, p.Publishes) {
 				out = append(out, p.Name)
 				break
 			}
 		}
 	}
 	return out
-}
-
-func isAnswerOf(p contracts.Producer, req request) bool {
-	for _, e := range req.answers {
-		if p.Publishes(e) {
-			return true
-		}
-	}
-	return false
-}
-
-func isAnswer(req request, eventName string) bool {
-	for _, e := range req.answers {
-		if e == eventName {
-			return true
-		}
-	}
-	return false
 }
