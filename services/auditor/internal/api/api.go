@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,14 +95,17 @@ func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Board is the live page's data: the latest orders, the counters and the audit.
-// Consumers names the page's consumer columns, one per contracts.Consumers in order.
+// Consumers names the request leg's consumer columns: the consumers of the order's
+// events, in the order of contracts.Consumers; AnswerConsumers the answer leg's: the
+// consumers of the other producers' events (the answers).
 type Board struct {
-	Consumers []string           `json:"consumers"`
-	Orders    []auditor.BoardRow `json:"orders"`
-	Counters  Counters           `json:"counters"`
-	Audit     auditor.Report     `json:"audit"`
-	Grace     float64            `json:"grace_seconds"`
-	At        time.Time          `json:"at"`
+	Consumers       []string           `json:"consumers"`
+	AnswerConsumers []string           `json:"answer_consumers"`
+	Orders          []auditor.BoardRow `json:"orders"`
+	Counters        Counters           `json:"counters"`
+	Audit           auditor.Report     `json:"audit"`
+	Grace           float64            `json:"grace_seconds"`
+	At              time.Time          `json:"at"`
 }
 
 // Counters are the live page's totals. A nil count could not be read (its source is
@@ -144,9 +148,7 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 	}
 	rep := a.auditor.Report()
 	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
-	for _, con := range contracts.Consumers() {
-		b.Consumers = append(b.Consumers, con.Name)
-	}
+	b.Consumers, b.AnswerConsumers = legs()
 	c := &b.Counters
 	c.Unaccounted = rep.UnaccountedTotal
 	c.PerConsumer = map[string]Detail{}
@@ -199,6 +201,22 @@ func (a *API) deadLetters(ctx context.Context, con contracts.Consumer, c *Counte
 		return 0, false
 	}
 	return depths[con.DeadLetterQueue], true
+}
+
+// legs splits the consumers of the registry by the producer of the events they
+// receive: the order's own producer (the request leg) or another one (the answer leg).
+func legs() (request, answer []string) {
+	own, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
+	request, answer = []string{}, []string{}
+	for _, c := range contracts.Consumers() {
+		if slices.ContainsFunc(c.Events, own.Publishes) {
+			request = append(request, c.Name)
+		}
+		if slices.ContainsFunc(c.Events, func(e string) bool { return !own.Publishes(e) }) {
+			answer = append(answer, c.Name)
+		}
+	}
+	return request, answer
 }
 
 func add(p *float64, v float64) *float64 {
