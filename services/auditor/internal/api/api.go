@@ -95,10 +95,13 @@ func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Board is the live page's data: the latest orders, the counters and the audit.
-// Consumers names the request leg's consumer columns: the consumers of the order's
-// events, in the order of contracts.Consumers; AnswerConsumers the answer leg's: the
-// consumers of the other producers' events (the answers).
+// Producer names the producer of the order's events, AnswerProducers the others (their
+// events answer the order's). Consumers names the request leg's consumer columns: the
+// consumers of the order's events, in the order of contracts.Consumers;
+// AnswerConsumers the answer leg's: the consumers of the answers.
 type Board struct {
+	Producer        string             `json:"producer"`
+	AnswerProducers []string           `json:"answer_producers"`
 	Consumers       []string           `json:"consumers"`
 	AnswerConsumers []string           `json:"answer_consumers"`
 	Orders          []auditor.BoardRow `json:"orders"`
@@ -116,6 +119,7 @@ type Counters struct {
 	Retries           *float64          `json:"retries"`
 	DeadLetters       *int              `json:"dead_letters"`
 	Unaccounted       int               `json:"unaccounted"`
+	Unanswered        int               `json:"unanswered"`
 	PerConsumer       map[string]Detail `json:"per_consumer"`
 	Notes             []string          `json:"notes,omitempty"`
 }
@@ -148,9 +152,9 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 	}
 	rep := a.auditor.Report()
 	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
-	b.Consumers, b.AnswerConsumers = legs()
+	b.Producer, b.AnswerProducers, b.Consumers, b.AnswerConsumers = legs()
 	c := &b.Counters
-	c.Unaccounted = rep.UnaccountedTotal
+	c.Unaccounted, c.Unanswered = rep.UnaccountedTotal, rep.Unanswered
 	c.PerConsumer = map[string]Detail{}
 	if n, err := a.auditor.PublishedTotal(ctx); err == nil {
 		c.Published = &n
@@ -203,11 +207,17 @@ func (a *API) deadLetters(ctx context.Context, con contracts.Consumer, c *Counte
 	return depths[con.DeadLetterQueue], true
 }
 
-// legs splits the consumers of the registry by the producer of the events they
-// receive: the order's own producer (the request leg) or another one (the answer leg).
-func legs() (request, answer []string) {
+// legs splits the registry in two legs: the order's own producer and the consumers of
+// its events (the request leg), the other producers and the consumers of their events
+// (the answer leg).
+func legs() (producer string, answerProducers, request, answer []string) {
 	own, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
-	request, answer = []string{}, []string{}
+	answerProducers, request, answer = []string{}, []string{}, []string{}
+	for _, p := range contracts.Producers() {
+		if p.Name != own.Name {
+			answerProducers = append(answerProducers, p.Name)
+		}
+	}
 	for _, c := range contracts.Consumers() {
 		if slices.ContainsFunc(c.Events, own.Publishes) {
 			request = append(request, c.Name)
@@ -216,7 +226,7 @@ func legs() (request, answer []string) {
 			answer = append(answer, c.Name)
 		}
 	}
-	return request, answer
+	return own.Name, answerProducers, request, answer
 }
 
 func add(p *float64, v float64) *float64 {
