@@ -144,11 +144,11 @@ function hops(b) {
 // arrow labelled with its count, its waiting events and its median time: the request
 // leg from the order's producer along the top, the answer leg back along the bottom.
 function drawFlow(b) {
-  const W = 130, H = 40, colX = [10, 200, 390, 590, 780];
+  const W = 120, H = 40, colX = [10, 230, 460, 690, 910];
   const right = b.consumers.filter(c => !b.answer_producers.includes(c)).concat(b.consumers.filter(c => b.answer_producers.includes(c)));
   const rowY = i => 10 + i * 60;
   const laneA = rowY(right.length - 1) + H / 2 + 0.5;
-  const laneB = rowY(right.length) + 30 + H / 2;
+  const laneB = rowY(right.length) + 40 + H / 2;
   const height = laneB + H / 2 + 10;
   const boxes = {};
   boxes[b.producer] = { x: colX[0], y: laneA - H / 2, h: laneB + H / 2 - (laneA - H / 2) };
@@ -164,7 +164,8 @@ function drawFlow(b) {
   svg.replaceChildren();
   const defs = el("svg:defs");
   for (const leg of ["request", "answer", "slow"]) {
-    const m = el("svg:marker", { id: "head-" + leg, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
+    const m = el("svg:marker", { id: "head-" + leg, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 10, markerHeight: 10,
+      markerUnits: "userSpaceOnUse", orient: "auto" });
     m.append(el("svg:path", { d: "M0,0 L10,5 L0,10 z", fill: { request: "#3d6fd6", answer: "#c46a00", slow: "#b3261e" }[leg] }));
     defs.append(m);
   }
@@ -192,9 +193,12 @@ function drawFlow(b) {
     const g = el("svg:g", { class: `arrow ${h.leg}${h.slowest ? " slowest" : ""}`, "data-arrow": h.id });
     g.append(el("svg:path", { d: "M" + pts.map(p => p.join(",")).join(" L"), "marker-end": `url(#head-${h.slowest ? "slow" : h.leg})` }));
     const [a, z] = pts.slice(-2);
-    const label = h.n + (h.sameTx ? " · same tx" : h.med !== null ? " · " + (h.med < 1000 ? h.med + " ms" : (h.med / 1000).toFixed(1) + " s") : "") +
-      (h.waiting ? ` · ${h.waiting} waiting` : "") + (h.slowest ? " · slowest" : "");
-    g.append(el("svg:text", { x: (a[0] + z[0]) / 2, y: Math.min(a[1], z[1]) - 6 }, label));
+    const first = h.n + (h.sameTx ? " · same tx" : h.med !== null ? " · " + (h.med < 1000 ? h.med + " ms" : (h.med / 1000).toFixed(1) + " s") : "");
+    const second = [h.waiting ? h.waiting + " waiting" : "", h.slowest ? "slowest" : ""].filter(Boolean).join(" · ");
+    const label = first + (second ? " · " + second : "");
+    const x = (a[0] + z[0]) / 2, y = Math.min(a[1], z[1]);
+    g.append(el("svg:text", { x, y: y - 6 }, first));
+    if (second) g.append(el("svg:text", { x, y: y + 16, class: "second" }, second));
     g.append(el("svg:title", {}, `${h.from} → ${h.to}: ${label}`));
     svg.append(g);
   }
