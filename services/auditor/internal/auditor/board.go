@@ -112,7 +112,7 @@ func (j *Journeys) Board(ctx context.Context, n int) ([]BoardRow, error) {
 			for _, d := range ds[r.ID] {
 				a.Consumers[d.Consumer] = d
 			}
-			if oc, ok := outcomeAt[o.ID]; ok && oc.OccurredAt.After(r.OccurredAt) {
+			if oc, ok := outcomeAt[o.ID]; ok && !oc.OccurredAt.Before(r.OccurredAt) {
 				at := oc.OccurredAt
 				a.Outcome, a.OutcomeAt = outcome[oc.EventName], &at
 			}
