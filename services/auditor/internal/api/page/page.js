@@ -270,7 +270,7 @@ function drawJourney(j) {
   document.getElementById("journey-head").textContent = `order ${j.order.id} — ${j.order.status} v${j.order.version}`;
   const items = [{ at: j.order.created_at, what: "order created: draft v1", d: "orders row written by POST /orders" }];
   for (const e of j.events) {
-    const own = e.producer === j.events[0].producer;
+    const own = j.transitions.some(t => t.event_id === e.event_id); // an event of the order's own change
     items.push({ at: e.occurred_at, what: `${e.event_name} (v${e.order_version}) written to the outbox (${e.producer})`,
       d: "event " + e.event_id + (own ? ", same transaction as the order" : ", same transaction as " + e.producer + "'s answer") });
     if (e.published_at) {
