@@ -17,6 +17,7 @@ const (
 	// ConsumerShipping is the shipping service's consumer: it keeps order_status and shipments.
 	ConsumerShipping = "shipping"
 	// ConsumerOrder is the order service's consumer: it moves placed orders on stock's answers.
+	// The order API keeps its Idempotency-Keys under a consumer of its own, "order-api".
 	ConsumerOrder = "order"
 )
 
@@ -35,7 +36,8 @@ func (p Producer) Publishes(eventName string) bool {
 }
 
 // Producers returns every producer of the contract's events, in a fresh slice the caller may
-// modify: order, publishing the order's four events, and stock, publishing its two answers.
+// modify: order, publishing the order events, and stock, publishing its answers to placed
+// orders.
 func Producers() []Producer {
 	return []Producer{
 		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
@@ -76,8 +78,8 @@ func (c Consumer) Receives(eventName string) bool {
 }
 
 // Consumers returns every consumer of the contract's events, in a fresh slice the caller may
-// modify: stock receiving placed and cancelled orders, shipping every order event, and order
-// stock's answers.
+// modify: stock, reserving for placed orders and releasing for cancelled ones; shipping,
+// following every status of an order; and order, receiving stock's answers.
 func Consumers() []Consumer {
 	return []Consumer{
 		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ,
