@@ -47,8 +47,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // runServe serves the auditor until ctx ends, through httpx.Starting.Run: config
 // and logger; the listener, which answers /healthz, /metrics and a 503 /readyz and
 // 503 problems until the database of every service of the registry
-// (contracts.Services) answers (pg.WaitPool each); then the continuous audit of the
-// order outbox against every consumer, and the full router. ctx's end stops the audit and starts a
+// (contracts.Services) answers (pg.WaitPool each); then the continuous audit of every
+// producer's outbox against every consumer, and the full router. ctx's end stops the audit and starts a
 // graceful HTTP shutdown bounded by httpx.ShutdownTimeout (10 s).
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := config.Load(getenv, loadServeConfig)
@@ -118,11 +118,14 @@ func openStore(ctx context.Context, cfg serveConfig, logger *slog.Logger, pools 
 		*pools = append(*pools, p)
 		services[svc.Name] = p
 	}
-	consumers := map[string]*pgxpool.Pool{}
+	producers, consumers := map[string]*pgxpool.Pool{}, map[string]*pgxpool.Pool{}
+	for _, p := range contracts.Producers() {
+		producers[p.Name] = services[p.Name]
+	}
 	for _, c := range contracts.Consumers() {
 		consumers[c.Name] = services[c.Name]
 	}
-	return store.New(services[contracts.ProducerOrder], consumers), nil
+	return store.New(producers, consumers), nil
 }
 
 // displayAddr turns a listen address such as [::]:8085 into one a browser opens.

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,14 +95,20 @@ func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Board is the live page's data: the latest orders, the counters and the audit.
-// Consumers names the page's consumer columns, one per contracts.Consumers in order.
+// Producer names the producer of the order's events, AnswerProducers the others (their
+// events answer the order's). Consumers names the request leg's consumer columns: the
+// consumers of the order's events, in the order of contracts.Consumers;
+// AnswerConsumers the answer leg's: the consumers of the answers.
 type Board struct {
-	Consumers []string           `json:"consumers"`
-	Orders    []auditor.BoardRow `json:"orders"`
-	Counters  Counters           `json:"counters"`
-	Audit     auditor.Report     `json:"audit"`
-	Grace     float64            `json:"grace_seconds"`
-	At        time.Time          `json:"at"`
+	Producer        string             `json:"producer"`
+	AnswerProducers []string           `json:"answer_producers"`
+	Consumers       []string           `json:"consumers"`
+	AnswerConsumers []string           `json:"answer_consumers"`
+	Orders          []auditor.BoardRow `json:"orders"`
+	Counters        Counters           `json:"counters"`
+	Audit           auditor.Report     `json:"audit"`
+	Grace           float64            `json:"grace_seconds"`
+	At              time.Time          `json:"at"`
 }
 
 // Counters are the live page's totals. A nil count could not be read (its source is
@@ -112,6 +119,7 @@ type Counters struct {
 	Retries           *float64          `json:"retries"`
 	DeadLetters       *int              `json:"dead_letters"`
 	Unaccounted       int               `json:"unaccounted"`
+	Unanswered        int               `json:"unanswered"`
 	PerConsumer       map[string]Detail `json:"per_consumer"`
 	Notes             []string          `json:"notes,omitempty"`
 }
@@ -144,11 +152,9 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 	}
 	rep := a.auditor.Report()
 	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
-	for _, con := range contracts.Consumers() {
-		b.Consumers = append(b.Consumers, con.Name)
-	}
+	b.Producer, b.AnswerProducers, b.Consumers, b.AnswerConsumers = legs()
 	c := &b.Counters
-	c.Unaccounted = rep.UnaccountedTotal
+	c.Unaccounted, c.Unanswered = rep.UnaccountedTotal, rep.Unanswered
 	c.PerConsumer = map[string]Detail{}
 	if n, err := a.auditor.PublishedTotal(ctx); err == nil {
 		c.Published = &n
@@ -199,6 +205,28 @@ func (a *API) deadLetters(ctx context.Context, con contracts.Consumer, c *Counte
 		return 0, false
 	}
 	return depths[con.DeadLetterQueue], true
+}
+
+// legs splits the registry in two legs: the order's own producer and the consumers of
+// its events (the request leg), the other producers and the consumers of their events
+// (the answer leg).
+func legs() (producer string, answerProducers, request, answer []string) {
+	own, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
+	answerProducers, request, answer = []string{}, []string{}, []string{}
+	for _, p := range contracts.Producers() {
+		if p.Name != own.Name {
+			answerProducers = append(answerProducers, p.Name)
+		}
+	}
+	for _, c := range contracts.Consumers() {
+		if slices.ContainsFunc(c.Events, own.Publishes) {
+			request = append(request, c.Name)
+		}
+		if slices.ContainsFunc(c.Events, func(e string) bool { return !own.Publishes(e) }) {
+			answer = append(answer, c.Name)
+		}
+	}
+	return own.Name, answerProducers, request, answer
 }
 
 func add(p *float64, v float64) *float64 {

@@ -20,7 +20,6 @@ import (
 	"example.com/shop/services/auditor/internal/api"
 	"example.com/shop/services/auditor/internal/auditor"
 	"example.com/shop/services/auditor/internal/probe"
-	"example.com/shop/services/auditor/internal/store"
 	"example.com/shop/services/auditor/internal/store/storetest"
 )
 
@@ -60,12 +59,24 @@ VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, at, at.Add(10*time.Millisecond+
 	exec(st.Pool, `INSERT INTO dead_letter (consumer, message_key, event_id, event_name, reason, attempts, dead_lettered_at)
 VALUES ($1, $2, $3, $4, 'handler failed', 5, $5)`, contracts.ConsumerStock, events[1].String(), events[1],
 		contracts.EventOrderCancelled, t0.Add(3*time.Second+5*time.Microsecond))
+	// A second order, left placed: stock's answer waits in stock's outbox, and order has
+	// not applied it (the answer leg, and an unanswered order).
+	waiting := idAt(t0)
+	exec(o.Pool, `INSERT INTO orders (id, customer_id, status, version, created_at, updated_at)
+VALUES ($1, $2, 'placed', 2, $3, $3)`, waiting, uuid.New(), t0)
+	placedEv, answer := idAt(t0.Add(time.Second)), idAt(t0.Add(2*time.Second))
+	exec(o.Pool, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+VALUES ($1, $2, $2, $3, $4, $4)`, placedEv, contracts.EventOrderPlaced,
+		fmt.Sprintf(`{"payload":{"order_id":%q,"version":2}}`, waiting), t0.Add(time.Second))
+	exec(st.Pool, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+VALUES ($1, $2, $2, $3, $4, $4)`, answer, contracts.EventStockReservationConfirmed,
+		fmt.Sprintf(`{"payload":{"order_id":%q,"order_version":2}}`, waiting), t0.Add(2*time.Second))
 	exec(st.Pool, `INSERT INTO order_status (order_id, status, version) VALUES ($1, 'placed', 2)`, order)
 	exec(sh.Pool, `INSERT INTO order_status (order_id, status, version) VALUES ($1, 'cancelled', 3)`, order)
 	exec(sh.Pool, `INSERT INTO shipment (id, order_id, status) VALUES ($1, $2, 'cancelled')`, uuid.New(), order)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := store.New(o.Pool, map[string]*pgxpool.Pool{contracts.ConsumerStock: st.Pool, contracts.ConsumerShipping: sh.Pool})
+	s := storetest.Store(o, st, sh)
 	reg := prometheus.NewRegistry()
 	audit, err := auditor.New(s, auditor.Config{Interval: time.Second, Grace: time.Minute, Window: time.Hour}, reg, logger)
 	if err != nil {
@@ -73,6 +84,9 @@ VALUES ($1, $2, $3, $4, 'handler failed', 5, $5)`, contracts.ConsumerStock, even
 	}
 	if err := audit.Cycle(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if r := audit.Report(); r.Unanswered != 1 || r.UnansweredOrders[0].Answer == nil {
+		t.Fatalf("report %+v, want the order left placed with stock's answer", r)
 	}
 	// Nothing listens on port 1: the counters scraped from the services are notes.
 	pr := probe.New(map[string]string{contracts.ConsumerStock: "http://127.0.0.1:1/metrics",
@@ -90,6 +104,8 @@ VALUES ($1, $2, $3, $4, 'handler failed', 5, $5)`, contracts.ConsumerStock, even
 		{"/orders/" + uuid.NewString() + "/journey", http.StatusNotFound},
 		{"/orders/not-a-uuid/journey", http.StatusBadRequest},
 		{"/events/" + events[1].String() + "/journey", http.StatusOK},
+		{"/orders/" + waiting.String() + "/journey", http.StatusOK},
+		{"/events/" + answer.String() + "/journey", http.StatusOK},
 		{"/events/" + uuid.NewString() + "/journey", http.StatusNotFound},
 		{"/events/x/journey", http.StatusBadRequest},
 		{"/audit", http.StatusOK},
@@ -103,4 +119,15 @@ VALUES ($1, $2, $3, $4, 'handler failed', 5, $5)`, contracts.ConsumerStock, even
 			t.Errorf("GET %s: %d, want %d: %s", tc.path, got.Status, tc.status, got.Body)
 		}
 	}
+}
+
+// idAt returns a UUID v7 of the millisecond of at, as the services make them then.
+func idAt(at time.Time) uuid.UUID {
+	u := uuid.Must(uuid.NewV7())
+	ms := at.UnixMilli()
+	for i := 5; i >= 0; i-- {
+		u[i] = byte(ms)
+		ms >>= 8
+	}
+	return u
 }

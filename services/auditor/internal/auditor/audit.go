@@ -44,6 +44,7 @@ type Config struct {
 type Finding struct {
 	EventID     uuid.UUID `json:"event_id"`
 	EventName   string    `json:"event_name"`
+	Producer    string    `json:"producer"`
 	OrderID     uuid.UUID `json:"order_id"`
 	PublishedAt time.Time `json:"published_at"`
 	Consumers   []string  `json:"consumers"`
@@ -59,11 +60,44 @@ type Finding struct {
 type DeadLetterFinding struct {
 	EventID        uuid.UUID `json:"event_id"`
 	EventName      string    `json:"event_name"`
+	Producer       string    `json:"producer"`
 	OrderID        uuid.UUID `json:"order_id"`
 	Consumer       string    `json:"consumer"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at"`
 	Reason         string    `json:"reason"`
 	Attempts       int       `json:"attempts"`
+}
+
+// UnansweredFinding is an order left placed with no answer: its placed event was
+// published more than Grace ago, and the order still has that event's status and
+// version (no confirmed, rejected or cancelled since). Answer tells which leg stopped.
+type UnansweredFinding struct {
+	OrderID     uuid.UUID `json:"order_id"`
+	EventID     uuid.UUID `json:"event_id"`
+	EventName   string    `json:"event_name"`
+	Version     int       `json:"version"`
+	PublishedAt time.Time `json:"published_at"`
+	FirstSeen   time.Time `json:"first_seen"`
+	// Answer is the answer found in its producer's outbox: the order did not apply it
+	// (look at its delivery to the order's consumer). Nil when no answer was written:
+	// the request's consumer did not answer (look at the request's delivery).
+	Answer *Answer `json:"answer,omitempty"`
+}
+
+// Answer is an answering event in its producer's outbox.
+type Answer struct {
+	Producer    string     `json:"producer"`
+	EventID     uuid.UUID  `json:"event_id"`
+	EventName   string     `json:"event_name"`
+	PublishedAt *time.Time `json:"published_at"`
+}
+
+// ProducerProgress is the audit's progress through one producer's outbox.
+type ProducerProgress struct {
+	// Audited counts the producer's published events the forward pass has checked.
+	Audited int64 `json:"audited"`
+	// LagSeconds is the age of the producer's oldest event not checked yet (0: none).
+	LagSeconds float64 `json:"lag_seconds"`
 }
 
 // Report is the audit's state after its last cycle.
@@ -86,11 +120,18 @@ type Report struct {
 	// published event or not) minus the messages in the queue, when positive. They are
 	// replayed from their record. A consumer is absent when its queue could not be read.
 	DeadLetterCopiesMissing map[string]int `json:"dead_letter_copies_missing"`
-	// Audited counts the published events the forward pass has checked since start.
+	// Unanswered counts the orders left placed with no answer longer than Grace.
+	Unanswered int `json:"unanswered"`
+	// UnansweredOrders lists them, oldest placed event first (at most 100).
+	UnansweredOrders []UnansweredFinding `json:"unanswered_orders"`
+	// Audited counts the published events of every producer the forward pass has
+	// checked since start.
 	Audited int64 `json:"audited"`
-	// LagSeconds is the age of the oldest outbox event the audit has not checked yet
-	// (0 when it has checked them all).
+	// LagSeconds is the age of the oldest outbox event, of any producer, the audit has
+	// not checked yet (0 when it has checked them all).
 	LagSeconds float64 `json:"lag_seconds"`
+	// Producers holds the progress per producer of contracts.Producers.
+	Producers map[string]ProducerProgress `json:"producers"`
 	// Cycles counts completed cycles; LastCycleAt is when the last one ended.
 	Cycles      int64     `json:"cycles"`
 	LastCycleAt time.Time `json:"last_cycle_at"`
@@ -101,25 +142,28 @@ type Report struct {
 // maxRecheckFindings bounds the findings older than the window re-read in one cycle.
 const maxRecheckFindings = 1000
 
-// Audit checks, again and again, that every published event reached every consumer
-// that should receive it (docs/architecture.md, rule 3: its key). An event a consumer
+// Audit checks, again and again, that every event every producer published
+// (contracts.Producers) reached every consumer that should receive it
+// (contracts.ConsumersOf; docs/architecture.md, rule 3: its key). An event a consumer
 // dead-lettered is not delivered: until someone replays or drops it, the audit counts
-// it apart from the unaccounted ones, as dead-lettered, awaiting a decision.
+// it apart from the unaccounted ones, as dead-lettered, awaiting a decision. It also
+// flags the orders left placed with no answer (see [UnansweredFinding]): the reply
+// leg's end to end check, whichever hop stopped.
 //
-// Each cycle makes three bounded passes over the order database's outbox, walking
-// its UUID v7 primary key:
-//   - forward: from the cursor, pages of events that occurred and were published more
-//     than Grace ago; it stops at the first event that is not, so an event the relay
-//     publishes late is checked once it is;
+// Each cycle makes, in each producer's outbox, three bounded passes, walking its UUID
+// v7 primary key:
+//   - forward: from the producer's cursor, pages of events that occurred and were
+//     published more than Grace ago; it stops at the first event that is not, so an
+//     event the relay publishes late is checked once it is;
 //   - window: the events of the last Window behind the cursor, again, one part per
 //     cycle, so a key deleted after the first check is found;
 //   - every finding, re-read by id until accounted for; one whose outbox row is gone
 //     (purged) is forgotten.
 //
-// The cursor starts at the outbox's first row: a fresh auditor audits everything the
-// outbox still holds, PagesPerCycle pages per cycle. An event whose transaction
-// commits after the cursor has passed its id and after the window has passed it
-// too (a transaction open longer than Window) is not audited.
+// Each cursor starts at its outbox's first row: a fresh auditor audits everything the
+// outboxes still hold, PagesPerCycle pages per producer and cycle. An event whose
+// transaction commits after the cursor has passed its id and after the window has
+// passed it too (a transaction open longer than Window) is not audited.
 //
 // Audit is safe for concurrent use: Run writes, Report reads.
 type Audit struct {
@@ -132,23 +176,33 @@ type Audit struct {
 	dead        *prometheus.GaugeVec
 	deadAge     *prometheus.GaugeVec
 	copiesGone  *prometheus.GaugeVec
-	lag         prometheus.Gauge
-	audited     prometheus.Counter
+	unanswered  prometheus.Gauge
+	lag         *prometheus.GaugeVec
+	audited     *prometheus.CounterVec
 	failures    prometheus.Counter
 	duration    prometheus.Histogram
 
-	mu       sync.Mutex
-	cursor   uuid.UUID // last id the forward pass checked
-	recheck  uuid.UUID // last id the window pass checked
-	findings map[uuid.UUID]*Finding
-	report   Report
+	mu        sync.Mutex
+	positions map[string]*position // by producer name
+	findings  map[uuid.UUID]*Finding
+	waiting   map[uuid.UUID]*UnansweredFinding // by order id
+	report    Report
+}
+
+// position is the audit's place in one producer's outbox.
+type position struct {
+	cursor  uuid.UUID // last id the forward pass checked
+	recheck uuid.UUID // last id the window pass checked
+	audited int64
+	lag     float64
 }
 
 // New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
 // delivery_dead_lettered_events{consumer}, delivery_dead_letter_oldest_seconds{consumer},
-// delivery_dead_letter_copies_missing{consumer}, delivery_audit_lag_seconds,
-// delivery_audited_events_total, delivery_audit_failures_total and
-// delivery_audit_cycle_seconds. Zero PageSize and PagesPerCycle take their defaults.
+// delivery_dead_letter_copies_missing{consumer}, delivery_unanswered_orders,
+// delivery_audit_lag_seconds{producer}, delivery_audited_events_total{producer},
+// delivery_audit_failures_total and delivery_audit_cycle_seconds. Zero PageSize and
+// PagesPerCycle take their defaults.
 func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Audit, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 500
@@ -177,14 +231,18 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 			Name: "delivery_dead_letter_copies_missing",
 			Help: "Open dead letters of the consumer without a copy in its dead-letter queue, at least (open dead letters minus queue depth); replayed from their record.",
 		}, []string{"consumer"}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+		unanswered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delivery_unanswered_orders",
+			Help: "Orders still placed, with no answer applied, more than AUDIT_GRACE after their placed event was published.",
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_audit_lag_seconds",
-			Help: "Age in seconds of the oldest outbox event the audit has not checked yet (0 when none).",
-		}),
-		audited: prometheus.NewCounter(prometheus.CounterOpts{
+			Help: "Age in seconds of the oldest event of the producer's outbox the audit has not checked yet (0 when none).",
+		}, []string{"producer"}),
+		audited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delivery_audited_events_total",
-			Help: "Published events checked by the audit's forward pass.",
-		}),
+			Help: "Published events of the producer checked by the audit's forward pass.",
+		}, []string{"producer"}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "delivery_audit_failures_total",
 			Help: "Audit cycles that failed (a database did not answer); the next cycle resumes where it stopped.",
@@ -194,15 +252,18 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 			Help:    "Time one audit cycle takes, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
-		findings: map[uuid.UUID]*Finding{},
+		positions: map[string]*position{},
+		findings:  map[uuid.UUID]*Finding{},
+		waiting:   map[uuid.UUID]*UnansweredFinding{},
 	}
-	for _, c := range []prometheus.Collector{a.unaccounted, a.dead, a.deadAge, a.copiesGone, a.lag, a.audited, a.failures, a.duration} {
+	for _, c := range []prometheus.Collector{a.unaccounted, a.dead, a.deadAge, a.copiesGone, a.unanswered, a.lag, a.audited, a.failures, a.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("audit metrics: %w", err)
 		}
 	}
 	a.report.Unaccounted, a.report.DeadLettered, a.report.DeadLetterCopiesMissing = map[string]int{}, map[string]int{}, map[string]int{}
-	a.report.Events, a.report.DeadLetters = []Finding{}, []DeadLetterFinding{}
+	a.report.Events, a.report.DeadLetters, a.report.UnansweredOrders = []Finding{}, []DeadLetterFinding{}, []UnansweredFinding{}
+	a.report.Producers = map[string]ProducerProgress{}
 	for _, c := range contracts.Consumers() {
 		a.unaccounted.WithLabelValues(c.Name).Set(0)
 		a.dead.WithLabelValues(c.Name).Set(0)
@@ -210,11 +271,17 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 		a.report.Unaccounted[c.Name] = 0
 		a.report.DeadLettered[c.Name] = 0
 	}
+	for _, p := range contracts.Producers() {
+		a.positions[p.Name] = &position{}
+		a.lag.WithLabelValues(p.Name).Set(0)
+		a.audited.WithLabelValues(p.Name).Add(0)
+		a.report.Producers[p.Name] = ProducerProgress{}
+	}
 	return a, nil
 }
 
 // Run runs a cycle at once and then every Interval until ctx ends; it returns nil
-// then. A failed cycle is logged and counted; the next one resumes from the cursor.
+// then. A failed cycle is logged and counted; the next one resumes from the cursors.
 func (a *Audit) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
@@ -231,7 +298,8 @@ func (a *Audit) Run(ctx context.Context) error {
 	}
 }
 
-// Cycle runs the three passes once and updates the metrics and the report.
+// Cycle runs the three passes over every producer's outbox once and updates the
+// metrics and the report.
 func (a *Audit) Cycle(ctx context.Context) error {
 	now := a.now()
 	err := a.cycle(ctx, now)
@@ -249,14 +317,28 @@ func (a *Audit) Cycle(ctx context.Context) error {
 }
 
 func (a *Audit) cycle(ctx context.Context, now time.Time) error {
+	for _, p := range contracts.Producers() {
+		if err := a.producerCycle(ctx, p.Name, now); err != nil {
+			return fmt.Errorf("%s outbox: %w", p.Name, err)
+		}
+	}
+	if err := a.recheckUnanswered(ctx, now); err != nil {
+		return err
+	}
+	return a.copies(ctx)
+}
+
+// producerCycle runs the three passes over producer's outbox.
+func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Time) error {
 	settled := now.Add(-a.cfg.Grace)
 	a.mu.Lock()
-	cursor, recheck := a.cursor, a.recheck
+	pos := a.positions[producer]
+	cursor, recheck := pos.cursor, pos.recheck
 	a.mu.Unlock()
 
 	// Forward pass.
 	for range a.cfg.PagesPerCycle {
-		rows, err := a.st.OutboxPage(ctx, cursor, maxID(settled), a.cfg.PageSize)
+		rows, err := a.st.OutboxPage(ctx, producer, cursor, maxID(settled), a.cfg.PageSize)
 		if err != nil {
 			return err
 		}
@@ -273,10 +355,10 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 			}
 			cursor = rows[n-1].ID
 			a.mu.Lock()
-			a.cursor = cursor
-			a.report.Audited += int64(n)
+			pos.cursor = cursor
+			pos.audited += int64(n)
 			a.mu.Unlock()
-			a.audited.Add(float64(n))
+			a.audited.WithLabelValues(producer).Add(float64(n))
 		}
 		if n < len(rows) || len(rows) < a.cfg.PageSize {
 			break
@@ -289,7 +371,7 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 		recheck = start
 	}
 	for range a.cfg.PagesPerCycle {
-		rows, err := a.st.OutboxPage(ctx, recheck, cursor, a.cfg.PageSize)
+		rows, err := a.st.OutboxPage(ctx, producer, recheck, cursor, a.cfg.PageSize)
 		if err != nil {
 			return err
 		}
@@ -309,10 +391,10 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 		recheck = rows[len(rows)-1].ID
 	}
 	a.mu.Lock()
-	a.recheck = recheck
+	pos.recheck = recheck
 	var old []uuid.UUID
-	for id := range a.findings {
-		if len(old) < maxRecheckFindings {
+	for id, f := range a.findings {
+		if f.Producer == producer && len(old) < maxRecheckFindings {
 			old = append(old, id)
 		}
 	}
@@ -321,7 +403,7 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 	// Every finding, by id: those older than the window are checked nowhere else, and
 	// one whose outbox row was purged is forgotten, wherever it lies.
 	if len(old) > 0 {
-		rows, err := a.st.OutboxByIDs(ctx, old)
+		rows, err := a.st.OutboxByIDs(ctx, producer, old)
 		if err != nil {
 			return err
 		}
@@ -332,18 +414,18 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 	}
 
 	lag := 0.0
-	at, ok, err := a.st.FirstAfter(ctx, cursor)
+	at, ok, err := a.st.FirstAfter(ctx, producer, cursor)
 	if err != nil {
 		return err
 	}
 	if ok {
 		lag = max(now.Sub(at).Seconds(), 0)
 	}
-	a.lag.Set(lag)
+	a.lag.WithLabelValues(producer).Set(lag)
 	a.mu.Lock()
-	a.report.LagSeconds = lag
+	pos.lag = lag
 	a.mu.Unlock()
-	return a.copies(ctx)
+	return nil
 }
 
 // copies flags open dead letters whose copy is gone from the dead-letter queue: per
@@ -398,6 +480,9 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 	if err != nil {
 		return err
 	}
+	if err := a.checkRequests(ctx, rows, now); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, r := range rows {
@@ -408,7 +493,7 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 			case StateMissing:
 				missing = append(missing, d.Consumer)
 			case StateDeadLettered:
-				dead = append(dead, DeadLetterFinding{EventID: r.ID, EventName: r.EventName, OrderID: r.OrderID,
+				dead = append(dead, DeadLetterFinding{EventID: r.ID, EventName: r.EventName, Producer: r.Producer, OrderID: r.OrderID,
 					Consumer: d.Consumer, DeadLetteredAt: d.DeadLetter.DeadLetteredAt, Reason: d.DeadLetter.Reason,
 					Attempts: d.DeadLetter.Attempts})
 			}
@@ -419,7 +504,7 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 		}
 		f := a.findings[r.ID]
 		if f == nil {
-			f = &Finding{EventID: r.ID, EventName: r.EventName, OrderID: r.OrderID, PublishedAt: *r.PublishedAt, FirstSeen: now}
+			f = &Finding{EventID: r.ID, EventName: r.EventName, Producer: r.Producer, OrderID: r.OrderID, PublishedAt: *r.PublishedAt, FirstSeen: now}
 			a.findings[r.ID] = f
 		}
 		if len(missing) > 0 && len(f.Consumers) == 0 {
@@ -486,6 +571,23 @@ func (a *Audit) publishLocked(now time.Time) {
 	a.report.DeadLettered = deadCounts
 	a.report.DeadLetteredTotal = len(dead)
 	a.report.DeadLetters = dead[:min(len(dead), 100)]
+
+	waiting := make([]UnansweredFinding, 0, len(a.waiting))
+	for _, u := range a.waiting {
+		waiting = append(waiting, *u)
+	}
+	slices.SortFunc(waiting, func(x, y UnansweredFinding) int { return compare(x.EventID, y.EventID) })
+	a.unanswered.Set(float64(len(waiting)))
+	a.report.Unanswered = len(waiting)
+	a.report.UnansweredOrders = waiting[:min(len(waiting), 100)]
+
+	a.report.Audited, a.report.LagSeconds = 0, 0
+	a.report.Producers = make(map[string]ProducerProgress, len(a.positions))
+	for name, pos := range a.positions {
+		a.report.Producers[name] = ProducerProgress{Audited: pos.audited, LagSeconds: pos.lag}
+		a.report.Audited += pos.audited
+		a.report.LagSeconds = max(a.report.LagSeconds, pos.lag)
+	}
 }
 
 // Report returns a copy of the audit's state after its last cycle.
@@ -493,22 +595,25 @@ func (a *Audit) Report() Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.report
-	r.Unaccounted = make(map[string]int, len(a.report.Unaccounted))
-	for k, v := range a.report.Unaccounted {
-		r.Unaccounted[k] = v
-	}
+	r.Unaccounted = maps.Clone(a.report.Unaccounted)
 	r.Events = slices.Clone(a.report.Events)
 	r.DeadLettered = maps.Clone(a.report.DeadLettered)
 	r.DeadLetters = slices.Clone(a.report.DeadLetters)
 	r.DeadLetterCopiesMissing = maps.Clone(a.report.DeadLetterCopiesMissing)
+	r.UnansweredOrders = slices.Clone(a.report.UnansweredOrders)
+	r.Producers = maps.Clone(a.report.Producers)
 	return r
 }
 
-// Cursor returns the id of the last event the forward pass checked.
-func (a *Audit) Cursor() uuid.UUID {
+// Cursors returns, per producer, the id of the last event the forward pass checked.
+func (a *Audit) Cursors() map[string]uuid.UUID {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.cursor
+	out := make(map[string]uuid.UUID, len(a.positions))
+	for name, pos := range a.positions {
+		out[name] = pos.cursor
+	}
+	return out
 }
 
 // Grace returns the configured grace period.

@@ -175,7 +175,7 @@ func TestAuditCountsOpenDeadLettersAsNotDelivered(t *testing.T) {
 	w := newWorld(t)
 	// The dead_letter table each consumer keeps (docs/operations.md).
 	for _, p := range []string{contracts.ConsumerStock, contracts.ConsumerShipping} {
-		w.exec(t, w.consumer(p), `CREATE TABLE IF NOT EXISTS dead_letter (
+		w.exec(t, w.db(p), `CREATE TABLE IF NOT EXISTS dead_letter (
 	id bigserial PRIMARY KEY, consumer text NOT NULL, message_key text NOT NULL, event_id uuid NULL,
 	event_name text NOT NULL, reason text NOT NULL, attempts integer NOT NULL,
 	dead_lettered_at timestamptz NOT NULL DEFAULT now(), resolved_at timestamptz NULL, resolution text NULL)`)
@@ -278,7 +278,7 @@ FROM (SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') || 
 			ids = append(ids, id)
 		}
 		rows.Close()
-		w.exec(t, w.consumer(c), `INSERT INTO processed_event (consumer, message_key) SELECT $1, unnest($2::uuid[])::text`, c, ids)
+		w.exec(t, w.db(c), `INSERT INTO processed_event (consumer, message_key) SELECT $1, unnest($2::uuid[])::text`, c, ids)
 	}
 	for i, want := range []int64{200, 400, 450, 450} {
 		r := cycle(t, a)

@@ -26,15 +26,19 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	o, st, sh := storetest.New(t)
 	w := &world{order: o.Pool, stock: st.Pool, shipping: sh.Pool}
-	w.st = store.New(w.order, map[string]*pgxpool.Pool{contracts.ConsumerStock: w.stock, contracts.ConsumerShipping: w.shipping})
+	w.st = storetest.Store(o, st, sh)
 	return w
 }
 
-func (w *world) consumer(name string) *pgxpool.Pool {
-	if name == contracts.ConsumerStock {
+// db returns the database of the service name.
+func (w *world) db(name string) *pgxpool.Pool {
+	switch name {
+	case contracts.ConsumerStock:
 		return w.stock
+	case contracts.ConsumerShipping:
+		return w.shipping
 	}
-	return w.shipping
+	return w.order
 }
 
 // idAt returns a UUID v7 of the millisecond of at.
@@ -67,24 +71,38 @@ VALUES ($1, $2, 'draft', 1, $3, $3)`, id, uuid.New(), createdAt)
 func (w *world) event(t *testing.T, orderID uuid.UUID, name string, version int, occurredAt time.Time, publishedAt *time.Time) uuid.UUID {
 	t.Helper()
 	id := idAt(t, occurredAt)
-	status := map[string]string{contracts.EventOrderPlaced: "placed", contracts.EventOrderCancelled: "cancelled"}[name]
+	status := map[string]string{contracts.EventOrderPlaced: "placed", contracts.EventOrderCancelled: "cancelled",
+		contracts.EventOrderConfirmed: "confirmed", contracts.EventOrderRejected: "rejected"}[name]
 	env := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"order_id":%q,"version":%d}}`, id, name, orderID, version)
 	w.exec(t, w.order, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
 VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
-	w.exec(t, w.order, `UPDATE orders SET status = $2, version = $3, updated_at = $4 WHERE id = $1`, orderID, status, version, occurredAt)
+	w.exec(t, w.order, `UPDATE orders SET status = $2, version = $3, updated_at = $4,
+	rejection = CASE WHEN $2 = 'rejected' THEN '{"reason":"insufficient_stock","lines":[]}'::jsonb END WHERE id = $1`,
+		orderID, status, version, occurredAt)
+	return id
+}
+
+// answer writes stock's outbox row of its answer name to version of order at
+// occurredAt, published at publishedAt (nil: unpublished).
+func (w *world) answer(t *testing.T, orderID uuid.UUID, name string, version int, occurredAt time.Time, publishedAt *time.Time) uuid.UUID {
+	t.Helper()
+	id := idAt(t, occurredAt)
+	env := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"order_id":%q,"order_version":%d}}`, id, name, orderID, version)
+	w.exec(t, w.stock, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+VALUES ($1, $2, $2, $3, $4, $5)`, id, name, env, occurredAt, publishedAt)
 	return id
 }
 
 // process records consumer's processed_event key of event at `at`.
 func (w *world) process(t *testing.T, consumer string, event uuid.UUID, at time.Time) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES ($1, $2, $3)`, consumer, event.String(), at)
+	w.exec(t, w.db(consumer), `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES ($1, $2, $3)`, consumer, event.String(), at)
 }
 
 // forget deletes consumer's key of event, as an operator's mistake would.
 func (w *world) forget(t *testing.T, consumer string, event uuid.UUID) {
 	t.Helper()
-	w.exec(t, w.consumer(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND message_key = $2`, consumer, event.String())
+	w.exec(t, w.db(consumer), `DELETE FROM processed_event WHERE consumer = $1 AND message_key = $2`, consumer, event.String())
 }
 
 func (w *world) exec(t *testing.T, p *pgxpool.Pool, sql string, args ...any) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,7 +25,8 @@ const eventSlack = 5 * time.Second
 const maxEventsPerOrder = 100
 
 // Journey is the path of one order, or one of its events, through every table: the
-// order row and its transitions, each outbox event with each receiving consumer's
+// order row and its transitions, each event about the order in every producer's
+// outbox (the order's own, and the answers to it) with each receiving consumer's
 // state, and the copies of the order's state the consumers hold.
 type Journey struct {
 	Order       OrderView       `json:"order"`
@@ -51,10 +53,11 @@ type Transition struct {
 	EventID *uuid.UUID `json:"event_id,omitempty"`
 }
 
-// EventJourney is one outbox row and where it went.
+// EventJourney is one outbox row of a producer and where it went.
 type EventJourney struct {
 	EventID      uuid.UUID  `json:"event_id"`
 	EventName    string     `json:"event_name"`
+	Producer     string     `json:"producer"`
 	OrderVersion int        `json:"order_version"`
 	OccurredAt   time.Time  `json:"occurred_at"`
 	PublishedAt  *time.Time `json:"published_at"`
@@ -93,19 +96,66 @@ func (j *Journeys) Order(ctx context.Context, id uuid.UUID) (Journey, error) {
 	if err != nil {
 		return Journey{}, err
 	}
-	rows, err := j.st.OutboxOfOrders(ctx, []uuid.UUID{id}, minID(o.CreatedAt.Add(-eventSlack)), maxID(o.UpdatedAt.Add(eventSlack)), maxEventsPerOrder)
+	rows, err := eventsOfOrders(ctx, j.st, []store.Order{o}, j.now(), maxEventsPerOrder)
 	if err != nil {
 		return Journey{}, err
 	}
 	return j.build(ctx, o, rows)
 }
 
-// Event returns the journey of the order of event id, holding that event only, or an
-// error wrapping ErrNotFound.
+// eventsOfOrders returns the events about orders in every producer's outbox, in id
+// (time) order. The order's own producer wrote them between the orders' creation and
+// last change; another producer's answers may follow the last change (an answer to an
+// order cancelled meanwhile), so its range runs to now.
+func eventsOfOrders(ctx context.Context, st *store.Store, orders []store.Order, now time.Time, limit int) ([]store.OutboxRow, error) {
+	if len(orders) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, len(orders))
+	from, until := orders[0].CreatedAt, orders[0].UpdatedAt
+	for i, o := range orders {
+		ids[i] = o.ID
+		if o.CreatedAt.Before(from) {
+			from = o.CreatedAt
+		}
+		if o.UpdatedAt.After(until) {
+			until = o.UpdatedAt
+		}
+	}
+	own := orderProducer()
+	var out []store.OutboxRow
+	for _, p := range contracts.Producers() {
+		last := now
+		if p.Name == own {
+			last = until.Add(eventSlack)
+		}
+		rows, err := st.OutboxOfOrders(ctx, p.Name, ids, minID(from.Add(-eventSlack)), maxID(last), limit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	slices.SortFunc(out, func(x, y store.OutboxRow) int { return compare(x.ID, y.ID) })
+	return out, nil
+}
+
+// orderProducer names the producer of the order's own events, whose database holds
+// the orders table.
+func orderProducer() string {
+	p, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
+	return p.Name
+}
+
+// Event returns the journey of the order of event id (of any producer), holding that
+// event only, or an error wrapping ErrNotFound.
 func (j *Journeys) Event(ctx context.Context, id uuid.UUID) (Journey, error) {
-	rows, err := j.st.OutboxByIDs(ctx, []uuid.UUID{id})
-	if err != nil {
-		return Journey{}, err
+	var rows []store.OutboxRow
+	for _, p := range contracts.Producers() {
+		found, err := j.st.OutboxByIDs(ctx, p.Name, []uuid.UUID{id})
+		if err != nil {
+			return Journey{}, err
+		}
+		rows = append(rows, found...)
 	}
 	if len(rows) == 0 {
 		return Journey{}, fmt.Errorf("event %s: %w", id, ErrNotFound)
@@ -131,15 +181,21 @@ func (j *Journeys) build(ctx context.Context, o store.Order, rows []store.Outbox
 		Transitions: []Transition{{To: "draft", Version: 1, At: o.CreatedAt}},
 		Events:      make([]EventJourney, 0, len(rows)),
 	}
+	own := orderProducer()
 	for _, r := range rows {
 		id := r.ID
-		jr.Transitions = append(jr.Transitions, Transition{To: statusOf(r.EventName), Version: r.OrderVersion, At: r.OccurredAt, EventID: &id})
+		if r.Producer == own {
+			jr.Transitions = append(jr.Transitions, Transition{To: statusOf(r.EventName), Version: r.OrderVersion, At: r.OccurredAt, EventID: &id})
+		}
 		jr.Events = append(jr.Events, EventJourney{
-			EventID: r.ID, EventName: r.EventName, OrderVersion: r.OrderVersion, OccurredAt: r.OccurredAt,
+			EventID: r.ID, EventName: r.EventName, Producer: r.Producer, OrderVersion: r.OrderVersion, OccurredAt: r.OccurredAt,
 			PublishedAt: r.PublishedAt, Attempts: r.Attempts, LastError: r.LastError, Deliveries: ds[r.ID],
 		})
 	}
 	for _, c := range contracts.Consumers() {
+		if c.Name == own {
+			continue // it holds the order itself, not a copy
+		}
 		copies, err := j.st.StateCopies(ctx, c.Name, []uuid.UUID{o.ID})
 		if err != nil {
 			return Journey{}, err
@@ -157,6 +213,10 @@ func statusOf(eventName string) string {
 		return "placed"
 	case contracts.EventOrderCancelled:
 		return "cancelled"
+	case contracts.EventOrderConfirmed:
+		return "confirmed"
+	case contracts.EventOrderRejected:
+		return "rejected"
 	}
 	return eventName
 }

@@ -29,3 +29,10 @@ func maxID(t time.Time) uuid.UUID {
 	}
 	return u
 }
+
+// uuidTime returns the millisecond a UUID v7 was made at.
+func uuidTime(u uuid.UUID) time.Time {
+	var b [8]byte
+	copy(b[2:], u[:6])
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:])))
+}

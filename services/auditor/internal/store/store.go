@@ -1,8 +1,8 @@
-// Package store reads, and never writes, the tables the auditor checks: the order
-// database's orders and outbox, and each consumer database's processed_event,
-// dead_letter, order_status, reservation and shipment. Every query is bounded: it
-// reads by primary key, by a range of the outbox's UUID v7 primary key, or with a
-// LIMIT, so that the auditor's load does not grow with the size of the tables.
+// Package store reads, and never writes, the tables the auditor checks: each producer
+// database's outbox, the order database's orders, and each consumer database's
+// processed_event, dead_letter, order_status, reservation and shipment. Every query is
+// bounded: it reads by primary key, by a range of the outbox's UUID v7 primary key, or
+// with a LIMIT, so that the auditor's load does not grow with the size of the tables.
 package store
 
 import (
@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/contracts"
 )
 
 // ErrNotFound is returned when an order or event does not exist.
@@ -23,17 +25,22 @@ var ErrNotFound = errors.New("not found")
 // ErrUnknownConsumer is returned for a consumer name the store has no database for.
 var ErrUnknownConsumer = errors.New("unknown consumer")
 
-// Store reads the order database and one database per consumer. It is safe for
-// concurrent use; the pools are owned by the caller.
+// ErrUnknownProducer is returned for a producer name the store has no database for.
+var ErrUnknownProducer = errors.New("unknown producer")
+
+// Store reads one database per producer and one per consumer (a service that is both
+// shares one pool). It is safe for concurrent use; the pools are owned by the caller.
 type Store struct {
-	order     *pgxpool.Pool
+	producers map[string]*pgxpool.Pool
 	consumers map[string]*pgxpool.Pool
 }
 
-// New returns a Store on the order database and the consumers' databases, keyed by
-// consumer name: one per contracts.Consumers. Any other name is an ErrUnknownConsumer.
-func New(order *pgxpool.Pool, consumers map[string]*pgxpool.Pool) *Store {
-	return &Store{order: order, consumers: consumers}
+// New returns a Store on the producers' databases, keyed by producer name (one per
+// contracts.Producers), and the consumers' databases, keyed by consumer name (one per
+// contracts.Consumers). Any other name is an ErrUnknownProducer or ErrUnknownConsumer.
+// The orders table is read in the database of the producer of contracts.EventOrderPlaced.
+func New(producers, consumers map[string]*pgxpool.Pool) *Store {
+	return &Store{producers: producers, consumers: consumers}
 }
 
 func (s *Store) consumer(name string) (*pgxpool.Pool, error) {
@@ -44,8 +51,25 @@ func (s *Store) consumer(name string) (*pgxpool.Pool, error) {
 	return p, nil
 }
 
-// OutboxRow is one outbox row with the order fields of its payload.
+func (s *Store) producer(name string) (*pgxpool.Pool, error) {
+	p, ok := s.producers[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownProducer, name)
+	}
+	return p, nil
+}
+
+// orders returns the database that holds the orders table: the one of the producer of
+// the order's events.
+func (s *Store) orders() (*pgxpool.Pool, error) {
+	p, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
+	return s.producer(p.Name)
+}
+
+// OutboxRow is one outbox row of a producer with the order fields of its payload: the
+// order id, and the order version (an answer's order_version: the version it answers).
 type OutboxRow struct {
+	Producer     string
 	ID           uuid.UUID
 	EventName    string
 	OrderID      uuid.UUID
@@ -57,70 +81,88 @@ type OutboxRow struct {
 }
 
 const outboxColumns = `id, event_name, COALESCE((envelope->'payload'->>'order_id')::uuid, '00000000-0000-0000-0000-000000000000'),
-	COALESCE((envelope->'payload'->>'version')::int, 0), occurred_at, published_at, attempts, COALESCE(last_error, '')`
+	COALESCE((envelope->'payload'->>'version')::int, (envelope->'payload'->>'order_version')::int, 0), occurred_at, published_at, attempts, COALESCE(last_error, '')`
 
-func scanOutbox(rows pgx.Rows) ([]OutboxRow, error) {
+func scanOutbox(producer string, rows pgx.Rows) ([]OutboxRow, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
-		var o OutboxRow
+		o := OutboxRow{Producer: producer}
 		err := r.Scan(&o.ID, &o.EventName, &o.OrderID, &o.OrderVersion, &o.OccurredAt, &o.PublishedAt, &o.Attempts, &o.LastError)
 		return o, err
 	})
 }
 
-// OutboxPage returns at most limit outbox rows with after < id <= until, in id order.
-// Event ids are UUID v7, so an id range is a time range served by the primary key.
-func (s *Store) OutboxPage(ctx context.Context, after, until uuid.UUID, limit int) ([]OutboxRow, error) {
-	rows, err := s.order.Query(ctx, `SELECT `+outboxColumns+` FROM outbox
+// OutboxPage returns at most limit rows of producer's outbox with after < id <= until,
+// in id order. Event ids are UUID v7, so an id range is a time range served by the
+// primary key.
+func (s *Store) OutboxPage(ctx context.Context, producer string, after, until uuid.UUID, limit int) ([]OutboxRow, error) {
+	db, err := s.producer(producer)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT `+outboxColumns+` FROM outbox
 WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, after, until, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox page: %w", err)
 	}
-	out, err := scanOutbox(rows)
+	out, err := scanOutbox(producer, rows)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox page: %w", err)
 	}
 	return out, nil
 }
 
-// OutboxByIDs returns the outbox rows with the given ids that exist, in id order.
-func (s *Store) OutboxByIDs(ctx context.Context, ids []uuid.UUID) ([]OutboxRow, error) {
-	rows, err := s.order.Query(ctx, `SELECT `+outboxColumns+` FROM outbox WHERE id = ANY($1) ORDER BY id`, ids)
+// OutboxByIDs returns the rows of producer's outbox with the given ids that exist, in
+// id order.
+func (s *Store) OutboxByIDs(ctx context.Context, producer string, ids []uuid.UUID) ([]OutboxRow, error) {
+	db, err := s.producer(producer)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT `+outboxColumns+` FROM outbox WHERE id = ANY($1) ORDER BY id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox rows: %w", err)
 	}
-	out, err := scanOutbox(rows)
+	out, err := scanOutbox(producer, rows)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox rows: %w", err)
 	}
 	return out, nil
 }
 
-// OutboxOfOrders returns the events of the given orders among the outbox rows with
-// from <= id <= until, in id order, at most limit of them. The caller bounds the id
-// range by the orders' creation and last change, so the scan stays short.
-func (s *Store) OutboxOfOrders(ctx context.Context, orderIDs []uuid.UUID, from, until uuid.UUID, limit int) ([]OutboxRow, error) {
+// OutboxOfOrders returns the events of the given orders among the rows of producer's
+// outbox with from <= id <= until, in id order, at most limit of them. The caller
+// bounds the id range by the orders' creation and last change, so the scan stays short.
+func (s *Store) OutboxOfOrders(ctx context.Context, producer string, orderIDs []uuid.UUID, from, until uuid.UUID, limit int) ([]OutboxRow, error) {
+	db, err := s.producer(producer)
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]string, len(orderIDs))
 	for i, id := range orderIDs {
 		ids[i] = id.String()
 	}
-	rows, err := s.order.Query(ctx, `SELECT `+outboxColumns+` FROM outbox
+	rows, err := db.Query(ctx, `SELECT `+outboxColumns+` FROM outbox
 WHERE id >= $1 AND id <= $2 AND envelope->'payload'->>'order_id' = ANY($3::text[])
 ORDER BY id LIMIT $4`, from, until, ids, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the orders' events: %w", err)
 	}
-	out, err := scanOutbox(rows)
+	out, err := scanOutbox(producer, rows)
 	if err != nil {
 		return nil, fmt.Errorf("read the orders' events: %w", err)
 	}
 	return out, nil
 }
 
-// FirstAfter returns the occurred_at of the first outbox row with id > after, and
-// false when there is none.
-func (s *Store) FirstAfter(ctx context.Context, after uuid.UUID) (time.Time, bool, error) {
+// FirstAfter returns the occurred_at of the first row of producer's outbox with
+// id > after, and false when there is none.
+func (s *Store) FirstAfter(ctx context.Context, producer string, after uuid.UUID) (time.Time, bool, error) {
+	db, err := s.producer(producer)
+	if err != nil {
+		return time.Time{}, false, err
+	}
 	var at time.Time
-	err := s.order.QueryRow(ctx, `SELECT occurred_at FROM outbox WHERE id > $1 ORDER BY id LIMIT 1`, after).Scan(&at)
+	err = db.QueryRow(ctx, `SELECT occurred_at FROM outbox WHERE id > $1 ORDER BY id LIMIT 1`, after).Scan(&at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -130,11 +172,15 @@ func (s *Store) FirstAfter(ctx context.Context, after uuid.UUID) (time.Time, boo
 	return at, true, nil
 }
 
-// PublishedAfter counts the published outbox rows with id > after, reading at most
-// limit rows; a result of limit means "limit or more".
-func (s *Store) PublishedAfter(ctx context.Context, after uuid.UUID, limit int) (int, error) {
+// PublishedAfter counts the published rows of producer's outbox with id > after,
+// reading at most limit rows; a result of limit means "limit or more".
+func (s *Store) PublishedAfter(ctx context.Context, producer string, after uuid.UUID, limit int) (int, error) {
+	db, err := s.producer(producer)
+	if err != nil {
+		return 0, err
+	}
 	var n int
-	err := s.order.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox
+	err = db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox
 WHERE id > $1 AND published_at IS NOT NULL LIMIT $2) AS head`, after, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count published events: %w", err)
@@ -161,7 +207,11 @@ func scanOrder(r pgx.CollectableRow) (Order, error) {
 
 // Order returns the order with id, or an error wrapping ErrNotFound.
 func (s *Store) Order(ctx context.Context, id uuid.UUID) (Order, error) {
-	rows, err := s.order.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id)
+	db, err := s.orders()
+	if err != nil {
+		return Order{}, err
+	}
+	rows, err := db.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = $1`, id)
 	if err != nil {
 		return Order{}, fmt.Errorf("read order %s: %w", id, err)
 	}
@@ -178,13 +228,34 @@ func (s *Store) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 // LatestOrders returns the n most recently created orders, newest first. Order ids
 // are UUID v7, so the primary key serves the order.
 func (s *Store) LatestOrders(ctx context.Context, n int) ([]Order, error) {
-	rows, err := s.order.Query(ctx, `SELECT `+orderColumns+` FROM orders ORDER BY id DESC LIMIT $1`, n)
+	db, err := s.orders()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT `+orderColumns+` FROM orders ORDER BY id DESC LIMIT $1`, n)
 	if err != nil {
 		return nil, fmt.Errorf("read latest orders: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanOrder)
 	if err != nil {
 		return nil, fmt.Errorf("read latest orders: %w", err)
+	}
+	return out, nil
+}
+
+// Orders returns the orders among ids that exist, by primary key.
+func (s *Store) Orders(ctx context.Context, ids []uuid.UUID) ([]Order, error) {
+	db, err := s.orders()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read orders: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanOrder)
+	if err != nil {
+		return nil, fmt.Errorf("read orders: %w", err)
 	}
 	return out, nil
 }
@@ -351,10 +422,12 @@ FROM order_status s WHERE s.order_id = ANY($1)`, orderIDs)
 
 // Ping checks every database.
 func (s *Store) Ping(ctx context.Context) error {
-	errs := []error{s.order.Ping(ctx)}
-	for name, p := range s.consumers {
-		if err := p.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+	var errs []error
+	for _, pools := range []map[string]*pgxpool.Pool{s.producers, s.consumers} {
+		for name, p := range pools {
+			if err := p.Ping(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

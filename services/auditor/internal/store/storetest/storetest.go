@@ -14,11 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/services/auditor/internal/store"
 )
 
 // sqlFiles shows only the .sql files of a folder.
@@ -48,11 +50,22 @@ func Schema(service string) migrate.Schema {
 		}
 	}
 	app, maintenance := service+"_app", service+"_maintenance"
-	return migrate.Schema{
+	schema := migrate.Schema{
 		inbox.Migrations(inbox.Roles{App: app, Maintenance: maintenance}),
 		dlq.Migrations(dlq.Roles{App: app, Maintenance: maintenance}),
-		own,
 	}
+	if service == "stock" { // stock publishes its answers through its own outbox
+		schema = append(schema, outbox.Migrations(outbox.Roles{Writer: app, Relay: "stock_relay", Maintenance: maintenance}))
+	}
+	return append(schema, own)
+}
+
+// Store returns a store on the three databases: order's and stock's as the
+// producers', and each as the consumer of the same name.
+func Store(order, stock, shipping Database) *store.Store {
+	return store.New(
+		map[string]*pgxpool.Pool{contracts.ProducerOrder: order.Pool, contracts.ProducerStock: stock.Pool},
+		map[string]*pgxpool.Pool{contracts.ConsumerOrder: order.Pool, contracts.ConsumerStock: stock.Pool, contracts.ConsumerShipping: shipping.Pool})
 }
 
 // Database is one migrated test database.
