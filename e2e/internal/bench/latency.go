@@ -18,10 +18,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
 )
 
-// Names of the bench-only trigger that reports committed reservations.
+// Names of the bench-only triggers that report committed reservations (in the
+// stock database) and confirmed orders (in the order database, once stock's
+// answer came back).
 const (
 	reservedChannel = "bench_reserved"
 	reservedTrigger = `CREATE FUNCTION bench_reserved() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -31,6 +34,15 @@ BEGIN
 END;
 $$;
 CREATE TRIGGER bench_reserved AFTER INSERT ON reservation FOR EACH ROW EXECUTE FUNCTION bench_reserved();`
+	confirmedChannel = "bench_confirmed"
+	confirmedTrigger = `CREATE FUNCTION bench_confirmed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('` + confirmedChannel + `', NEW.id::text);
+	RETURN NULL;
+END;
+$$;
+CREATE TRIGGER bench_confirmed AFTER UPDATE OF status ON orders FOR EACH ROW
+WHEN (NEW.status = 'confirmed') EXECUTE FUNCTION bench_confirmed();`
 )
 
 // warmupOrders are placed and awaited before the measured placements.
@@ -42,7 +54,9 @@ const warmupOrders = 20
 // once with polling only (the outbox trigger dropped, RELAY_POLL_INTERVAL=1s).
 // Each time it places orders at LatencyRate per second for LatencyDuration
 // and records, per order, the time from sending POST /orders/{id}/place to
-// the commit of its reservation in the stock database.
+// the commit of its reservation in the stock database, and to the commit of
+// its confirmation in the order database (stock's answer relayed back and
+// applied), with the CPU per order of each (as shipped only).
 func (e *env) measureLatency(ctx context.Context) error {
 	s := e.cfg.Sizes
 	for _, notify := range []bool{true, false} {
@@ -67,6 +81,18 @@ func (e *env) measureLatency(ctx context.Context) error {
 		if !notify {
 			continue
 		}
+		confirmedNote := fmt.Sprintf("%d orders at %d/s, POST place -> order confirmed (stock's answer applied)", len(run.confirmed), s.LatencyRate)
+		for _, p := range []struct {
+			name string
+			q    float64
+		}{{"p50", 0.50}, {"p99", 0.99}} {
+			v := percentile(run.confirmed, p.q)
+			e.results.set(prefix+"confirmed_"+p.name, v, confirmedNote)
+			e.progress("   %-28s %10.1f ms", prefix+"confirmed_"+p.name, v)
+		}
+		e.progress("   to confirmed: %s", run.cpuConfirmed)
+		e.results.set(cpuPerOrderName("reservation", s.LatencyRate), run.cpu.perOrder("shop"), note+", CPU ms per order of every shop process, PostgreSQL and RabbitMQ")
+		e.results.set(cpuPerOrderName("confirmed", s.LatencyRate), run.cpuConfirmed.perOrder("shop"), confirmedNote+", CPU ms per order of every shop process, PostgreSQL and RabbitMQ")
 		for _, stage := range stageNames {
 			for _, p := range []struct {
 				name string
@@ -133,13 +159,21 @@ func (e *env) measureMaxRate(ctx context.Context) error {
 	return nil
 }
 
+// cpuPerOrderName is the name of the CPU per order of the journey from place
+// to leg ("reservation" or "confirmed") at rate orders/s.
+func cpuPerOrderName(leg string, rate int) string {
+	return fmt.Sprintf("cpu_ms_per_order_%s_%d", leg, rate)
+}
+
 // latencyRun is what one latency run measured.
 type latencyRun struct {
-	lat     []time.Duration            // place -> reservation, sorted
-	stages  map[string][]time.Duration // per stage but confirm, sorted
-	confirm []float64                  // relay confirm latency p50, p99 in ms; nil when unknown
-	onTime  float64                    // scheduled duration / time placing took (1 = kept the rate)
-	cpu     cpuUse                     // from the first measured placement to the last reservation
+	lat          []time.Duration            // place -> reservation, sorted
+	confirmed    []time.Duration            // place -> order confirmed, sorted
+	cpuConfirmed cpuUse                     // from the first measured placement to the last confirmation
+	stages       map[string][]time.Duration // per stage but confirm, sorted
+	confirm      []float64                  // relay confirm latency p50, p99 in ms; nil when unknown
+	onTime       float64                    // scheduled duration / time placing took (1 = kept the rate)
+	cpu          cpuUse                     // from the first measured placement to the last reservation
 }
 
 // percentile returns the nearest-rank q-quantile of sorted, in ms.
@@ -183,13 +217,8 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	if err := execSQL(ctx, stockURL, reservedTrigger); err != nil {
 		return run, fmt.Errorf("reservation trigger: %w", err)
 	}
-	listener, err := pgx.Connect(ctx, stockURL)
-	if err != nil {
-		return run, err
-	}
-	defer listener.Close(context.WithoutCancel(ctx))
-	if _, err := listener.Exec(ctx, "LISTEN "+reservedChannel); err != nil {
-		return run, err
+	if err := execSQL(ctx, orderURL, confirmedTrigger); err != nil {
+		return run, fmt.Errorf("confirmation trigger: %w", err)
 	}
 
 	sys, err := system.New(system.Config{
@@ -207,11 +236,16 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	}
 	defer func() { _ = sys.Stop() }()
 
-	w := newWatcher()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() { defer close(watchDone); w.run(wctx, listener) }()
-	defer func() { stopWatch(); <-watchDone }()
+	w, stopWatch, err := watch(ctx, stockURL, reservedChannel, "reservation")
+	if err != nil {
+		return run, err
+	}
+	defer stopWatch()
+	wc, stopWatchConfirmed, err := watch(ctx, orderURL, confirmedChannel, "confirmation")
+	if err != nil {
+		return run, err
+	}
+	defer stopWatchConfirmed()
 
 	c := newOrderClient(sys.OrderAPI.Addr)
 	defer c.close()
@@ -226,8 +260,10 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 			return run, err
 		}
 	}
-	if err := w.waitFor(ctx, ids[:warmupOrders], 30*time.Second); err != nil {
-		return run, fmt.Errorf("warm-up: %w", err)
+	for _, w := range []*watcher{w, wc} {
+		if err := w.waitFor(ctx, ids[:warmupOrders], 30*time.Second); err != nil {
+			return run, fmt.Errorf("warm-up: %w", err)
+		}
 	}
 
 	admin, err := pgx.Connect(ctx, e.cfg.DatabaseURL)
@@ -237,6 +273,9 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	defer admin.Close(context.WithoutCancel(ctx))
 	probe := &cpuProbe{admin: admin, pids: map[string]int{"order_api": sys.OrderAPI.PID(), "relay": sys.Relay.PID(),
 		"stock": sys.Stock.PID(), "shipping": sys.Shipping.PID()}}
+	if p := sys.Process(system.RelayName(contracts.ProducerStock)); p != nil {
+		probe.pids["stock_relay"] = p.PID()
+	}
 	before, err := probe.snapshot(ctx)
 	if err != nil {
 		return run, fmt.Errorf("CPU before: %w", err)
@@ -294,11 +333,22 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 		return run, fmt.Errorf("CPU after: %w", err)
 	}
 	run.cpu = probe.use(before, after, len(measured))
+	if err := wc.waitFor(ctx, measured, 60*time.Second); err != nil {
+		return run, err
+	}
+	afterConfirmed, err := probe.snapshot(ctx)
+	if err != nil {
+		return run, fmt.Errorf("CPU after the confirmations: %w", err)
+	}
+	run.cpuConfirmed = probe.use(before, afterConfirmed, len(measured))
 	run.lat = make([]time.Duration, len(measured))
+	run.confirmed = make([]time.Duration, len(measured))
 	for i, id := range measured {
 		run.lat[i] = w.at(id).Sub(sent[i])
+		run.confirmed[i] = wc.at(id).Sub(sent[i])
 	}
 	slices.Sort(run.lat)
+	slices.Sort(run.confirmed)
 	run.onTime = min(1, duration.Seconds()/placing.Seconds())
 	if run.stages, err = stageTimes(ctx, orderURL, stockURL, measured, answered, w); err != nil {
 		return run, fmt.Errorf("stage times: %w", err)
@@ -333,14 +383,31 @@ func execSQL(ctx context.Context, dbURL, sql string) error {
 	return err
 }
 
-// watcher records when each order's reservation was committed, from the
-// notifications of the bench trigger.
+// watcher records when each order's reservation (or confirmation) was
+// committed, from the notifications of a bench trigger.
 type watcher struct {
+	what string // "reservation" or "confirmation", for errors
 	mu   sync.Mutex
 	seen map[string]time.Time
 }
 
-func newWatcher() *watcher { return &watcher{seen: map[string]time.Time{}} }
+// watch listens on channel of the database at dbURL and records each order id
+// notified there until stop is called.
+func watch(ctx context.Context, dbURL, channel, what string) (w *watcher, stop func(), err error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	w = &watcher{what: what, seen: map[string]time.Time{}}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(wctx, conn) }()
+	return w, func() { cancel(); <-done; conn.Close(context.WithoutCancel(ctx)) }, nil
+}
 
 func (w *watcher) run(ctx context.Context, conn *pgx.Conn) {
 	for {
@@ -363,7 +430,7 @@ func (w *watcher) at(id string) time.Time {
 	return w.seen[id]
 }
 
-// waitFor waits until every order in ids has a reservation.
+// waitFor waits until every order in ids has a reservation (or confirmation).
 func (w *watcher) waitFor(ctx context.Context, ids []string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
@@ -379,7 +446,7 @@ func (w *watcher) waitFor(ctx context.Context, ids []string, limit time.Duration
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d orders have no reservation after %s", missing, len(ids), limit)
+			return fmt.Errorf("%d of %d orders have no %s after %s", missing, len(ids), w.what, limit)
 		}
 		select {
 		case <-ctx.Done():

@@ -15,14 +15,15 @@ import (
 )
 
 // CPU groups of one latency run, in report order: the bench's own process
-// (load generator, reservation watcher), the four processes of the shop, the
+// (load generator, reservation and confirmation watchers), the five processes
+// of the shop (order's and stock's relays named relay and stock_relay), the
 // PostgreSQL server processes that serve each of them (one per connection,
 // told apart by the client's TCP port), every PostgreSQL process of the
 // server (those above, the background writers and any other database's
 // sessions), the RabbitMQ node, and "shop": the sum of the bench, the shop's
 // processes, all of PostgreSQL and RabbitMQ.
-var cpuGroups = []string{"bench", "order_api", "relay", "stock", "shipping",
-	"pg_bench", "pg_order_api", "pg_relay", "pg_stock", "pg_shipping", "postgres", "rabbitmq", "shop"}
+var cpuGroups = []string{"bench", "order_api", "relay", "stock", "stock_relay", "shipping",
+	"pg_bench", "pg_order_api", "pg_relay", "pg_stock", "pg_stock_relay", "pg_shipping", "postgres", "rabbitmq", "shop"}
 
 // cpuProbe names the processes of one run whose CPU time is recorded.
 type cpuProbe struct {
@@ -173,7 +174,7 @@ func (p *cpuProbe) use(a, b cpuSnapshot, orders int) cpuUse {
 			u.group["rabbitmq"] += delta(pid)
 		}
 	}
-	for _, g := range []string{"bench", "order_api", "relay", "stock", "shipping", "postgres", "rabbitmq"} {
+	for _, g := range []string{"bench", "order_api", "relay", "stock", "stock_relay", "shipping", "postgres", "rabbitmq"} {
 		u.group["shop"] += u.group[g]
 	}
 	total := float64(b.machine.total - a.machine.total)

@@ -163,6 +163,12 @@ func specs(s Sizes) []spec {
 		}
 		out = append(out, sp)
 	}
+	for _, p := range []string{"p50", "p99"} {
+		out = append(out, spec{name: "latency_notify_confirmed_" + p, unit: "ms", baseline: "latency_notify_" + p})
+	}
+	out = append(out,
+		spec{name: cpuPerOrderName("reservation", s.LatencyRate), unit: "ms"},
+		spec{name: cpuPerOrderName("confirmed", s.LatencyRate), unit: "ms", baseline: cpuPerOrderName("reservation", s.LatencyRate)})
 	for _, stage := range stageNames {
 		for _, p := range []string{"p50", "p99"} {
 			out = append(out, spec{name: stageName(stage, p), unit: "ms"})
