@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/shop/contracts"
 )
 
 // DBs are open pools on the order, stock and shipping databases.
@@ -27,6 +29,12 @@ func (d DBs) Close() {
 			p.Close()
 		}
 	}
+}
+
+// service returns the pool of the registry's service name, nil for another name.
+func (d DBs) service(name string) *pgxpool.Pool {
+	return map[string]*pgxpool.Pool{contracts.ProducerOrder: d.Order, contracts.ConsumerStock: d.Stock,
+		contracts.ConsumerShipping: d.Shipping}[name]
 }
 
 // Open connects to the three databases; on error it closes what it opened.
@@ -50,12 +58,13 @@ func Open(ctx context.Context, orderURL, stockURL, shippingURL string) (DBs, err
 // Report is what one pass over the databases found: the counts and every
 // broken invariant.
 type Report struct {
-	Orders            map[string]int // orders by status: draft, placed, cancelled
-	OutboxEvents      int            // rows in the outbox
+	Orders            map[string]int // orders by status: draft, placed, confirmed, rejected, cancelled
+	OutboxEvents      int            // rows in the producers' outboxes
 	OutboxPublished   int            // outbox rows with published_at set
 	ReservedLines     int            // reservation rows held in stock
 	StockProcessed    int            // stock's processed_event keys
 	ShippingProcessed int            // shipping's processed_event keys
+	OrderProcessed    int            // order's processed_event keys of stock's answers
 	OrderStatuses     int            // shipping's order_status rows
 	Shipments         map[string]int // shipping's shipments by status
 	Lost              int            // outbox events missing from a consumer's processed_event (counted once per consumer)
@@ -136,10 +145,11 @@ type shipState struct {
 //     follows the status (placed -> pending, confirmed -> ready, rejected and
 //     cancelled -> cancelled);
 //
-// and, over all events: every outbox row is published (rule 2), and every
-// event's id is a processed_event key of both stock and shipping, with no
-// key that matches no event (rule 3); reservations and shipping rows of
-// unknown orders are reported too.
+// and, over all events of every producer's outbox: every outbox row is
+// published (rule 2), and every event's id is a processed_event key of each
+// consumer that receives it (contracts.ConsumersOf), with no key of a consumer
+// that matches no event (rule 3); reservations and shipping rows of unknown
+// orders are reported too.
 //
 // Run it when the system is quiet (no request in flight and the queues
 // drained), or through Eventually. It returns an error only when a query fails.
@@ -181,32 +191,11 @@ func Invariants(ctx context.Context, d DBs) (Report, error) {
 		return r, fmt.Errorf("read order lines: %w", err)
 	}
 
-	events := map[string]bool{}
-	rows, err = d.Order.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', published_at IS NOT NULL FROM outbox`)
-	if err != nil {
-		return r, fmt.Errorf("read outbox: %w", err)
-	}
-	for rows.Next() {
-		var id, oid string
-		var published bool
-		if err := rows.Scan(&id, &oid, &published); err != nil {
-			return r, fmt.Errorf("read outbox: %w", err)
+	events := map[string]string{} // event id -> event name, of every producer's outbox
+	for _, p := range contracts.Producers() {
+		if err := readOutbox(ctx, &r, p.Name, d.service(p.Name), orders, events); err != nil {
+			return r, err
 		}
-		events[id] = true
-		r.OutboxEvents++
-		if published {
-			r.OutboxPublished++
-		} else {
-			r.problem("outbox event %s (order %s) is not published", id, oid)
-		}
-		if o := orders[oid]; o != nil {
-			o.events++
-		} else {
-			r.problem("outbox event %s names unknown order %s", id, oid)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("read outbox: %w", err)
 	}
 
 	// Reservations held in stock: order -> product -> quantities (one per row).
@@ -272,16 +261,58 @@ FROM order_status s LEFT JOIN shipment sh ON sh.order_id = s.order_id`)
 		}
 	}
 
-	for _, c := range []struct {
-		name  string
-		pool  *pgxpool.Pool
-		count *int
-	}{{"stock", d.Stock, &r.StockProcessed}, {"shipping", d.Shipping, &r.ShippingProcessed}} {
-		if err := checkKeys(ctx, &r, c.name, c.pool, events, c.count); err != nil {
+	received := map[string]map[string]bool{} // consumer -> the event ids it must hold
+	for _, c := range contracts.Consumers() {
+		received[c.Name] = map[string]bool{}
+	}
+	for id, name := range events {
+		for _, c := range contracts.ConsumersOf(name) {
+			received[c.Name][id] = true
+		}
+	}
+	counts := map[string]*int{contracts.ConsumerStock: &r.StockProcessed, contracts.ConsumerShipping: &r.ShippingProcessed,
+		contracts.ConsumerOrder: &r.OrderProcessed}
+	for _, c := range contracts.Consumers() {
+		if err := checkKeys(ctx, &r, c.Name, d.service(c.Name), received[c.Name], counts[c.Name]); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
+}
+
+// readOutbox reads the outbox of producer's database: it adds each event to
+// events, counts it on its order (order's events only: o.events), and reports an
+// unpublished row or one about an unknown order.
+func readOutbox(ctx context.Context, r *Report, producer string, pool *pgxpool.Pool, orders map[string]*order, events map[string]string) error {
+	rows, err := pool.Query(ctx, `SELECT id::text, event_name, envelope->'payload'->>'order_id', published_at IS NOT NULL FROM outbox`)
+	if err != nil {
+		return fmt.Errorf("read %s outbox: %w", producer, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, name, oid string
+		var published bool
+		if err := rows.Scan(&id, &name, &oid, &published); err != nil {
+			return fmt.Errorf("read %s outbox: %w", producer, err)
+		}
+		events[id] = name
+		r.OutboxEvents++
+		if published {
+			r.OutboxPublished++
+		} else {
+			r.problem("%s outbox event %s (order %s) is not published", producer, id, oid)
+		}
+		switch o := orders[oid]; {
+		case o == nil:
+			r.problem("%s outbox event %s names unknown order %s", producer, id, oid)
+		case producer == contracts.ProducerOrder:
+			o.events++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s outbox: %w", producer, err)
+	}
+	return nil
 }
 
 // reservationsQuery lists the reservation rows stock holds (released ones are
@@ -343,9 +374,11 @@ func checkOrder(r *Report, id string, o *order, held map[string][]string, s *shi
 	}
 }
 
-// checkKeys compares a consumer's processed_event keys with the outbox events.
+// checkKeys compares consumer name's processed_event keys with the events it
+// receives (other consumers' keys in its database, such as order's
+// Idempotency-Keys, are left out).
 func checkKeys(ctx context.Context, r *Report, name string, pool *pgxpool.Pool, events map[string]bool, count *int) error {
-	rows, err := pool.Query(ctx, `SELECT message_key FROM processed_event`)
+	rows, err := pool.Query(ctx, `SELECT message_key FROM processed_event WHERE consumer = $1`, name)
 	if err != nil {
 		return fmt.Errorf("read %s processed_event: %w", name, err)
 	}
@@ -380,7 +413,7 @@ func checkKeys(ctx context.Context, r *Report, name string, pool *pgxpool.Pool, 
 // purged queue empties no record.
 type DeadLetters struct {
 	// Open counts each consumer's open dead letters (distinct message keys), by
-	// consumer name ("stock", "shipping"): poison messages included.
+	// consumer name ("stock", "shipping", "order"): poison messages included.
 	Open map[string]int
 	// Events counts, per consumer, the outbox events among them: not delivered,
 	// awaiting a decision (counted in Report.Lost too).
@@ -396,11 +429,12 @@ func (d DeadLetters) Total() int {
 	return n
 }
 
-// OpenDeadLetters reads the open dead letters of stock and shipping, and which of
-// them are events of the outbox.
+// OpenDeadLetters reads the open dead letters of every consumer of the registry,
+// and which of them are events of a producer's outbox.
 func OpenDeadLetters(ctx context.Context, d DBs) (DeadLetters, error) {
 	out := DeadLetters{Open: map[string]int{}, Events: map[string]int{}}
-	for name, pool := range map[string]*pgxpool.Pool{"stock": d.Stock, "shipping": d.Shipping} {
+	for _, c := range contracts.Consumers() {
+		name, pool := c.Name, d.service(c.Name)
 		var open int
 		var ids []string
 		err := pool.QueryRow(ctx, `SELECT count(DISTINCT message_key), COALESCE(array_agg(DISTINCT event_id::text) FILTER (WHERE event_id IS NOT NULL), '{}')
@@ -409,11 +443,13 @@ FROM dead_letter WHERE consumer = $1 AND resolved_at IS NULL`, name).Scan(&open,
 			return out, fmt.Errorf("read %s dead letters: %w", name, err)
 		}
 		out.Open[name] = open
-		var events int
-		if err := d.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = ANY($1::uuid[])`, ids).Scan(&events); err != nil {
-			return out, fmt.Errorf("match %s dead letters with the outbox: %w", name, err)
+		for _, p := range contracts.Producers() {
+			var events int
+			if err := d.service(p.Name).QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = ANY($1::uuid[])`, ids).Scan(&events); err != nil {
+				return out, fmt.Errorf("match %s dead letters with %s's outbox: %w", name, p.Name, err)
+			}
+			out.Events[name] += events
 		}
-		out.Events[name] = events
 	}
 	return out, nil
 }
