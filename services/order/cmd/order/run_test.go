@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
@@ -422,5 +423,30 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("starting", slog.Any("config", cfg))
 	if strings.Contains(logs.String(), "s3cret") || !strings.Contains(logs.String(), "db:5432") {
 		t.Errorf("logged config = %s, want the password masked", logs.String())
+	}
+}
+
+// TestPurgeInboxKeepsTheIdempotencyKeys: `order purge-inbox` deletes only the keys of
+// order's consumer (stock's answers); the API's Idempotency-Keys, kept in the same
+// table under consumer order-api, are purge-outbox's to delete with the outbox.
+func TestPurgeInboxKeepsTheIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
+       ('order', 'answer', now() - interval '800 hours'), ('order-api', 'create 1', now() - interval '800 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"order", "purge-inbox", "--older-than", "720h"}, env(map[string]string{"ORDER_DATABASE_URL": url}), &out, io.Discard); err != nil {
+		t.Fatalf("purge-inbox: %v", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT consumer FROM processed_event ORDER BY consumer`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(left) != 1 || left[0] != "order-api" || !strings.Contains(out.String(), "purged 1 ") {
+		t.Errorf("after purge-inbox: consumers %v (%v), output %q; want only order-api's key left, 1 purged", left, err, out.String())
 	}
 }
