@@ -450,3 +450,33 @@ func TestPurgeInboxKeepsTheIdempotencyKeys(t *testing.T) {
 		t.Errorf("after purge-inbox: consumers %v (%v), output %q; want only order-api's key left, 1 purged", left, err, out.String())
 	}
 }
+
+// TestServeTakesOrdersWithoutTheBroker: with the broker unreachable serve is ready
+// on its database alone and places orders into the outbox (docs/architecture.md
+// rule 1); the consumer keeps dialling behind the API, and serve stops cleanly.
+func TestServeTakesOrdersWithoutTheBroker(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
+	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url, "AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"})
+	status, body := call(t, http.MethodPost, base+"/orders",
+		`{"customer_id":"`+uuid.NewString()+`","lines":[{"product_id":"`+uuid.NewString()+`","quantity":"1"}]}`)
+	var o struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &o); status != http.StatusCreated || err != nil {
+		t.Fatalf("create = %d %s", status, body)
+	}
+	if status, body := call(t, http.MethodPost, base+"/orders/"+o.ID+"/place", ""); status != http.StatusOK {
+		t.Fatalf("place = %d %s", status, body)
+	}
+	var rows int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("outbox rows = %d (%v), want 1", rows, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v after shutdown, want nil", err)
+	}
+	if !strings.Contains(logs.String(), "broker") {
+		t.Errorf("serve's logs do not mention the unreachable broker:\n%s", logs)
+	}
+}
