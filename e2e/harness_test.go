@@ -69,7 +69,7 @@ type shop struct {
 
 // options change how newShop starts the system.
 type options struct {
-	env     map[string][]string // extra KEY=VALUE per process name ("order", "order-relay", "stock", "shipping", "auditor", "" for all)
+	env     map[string][]string // extra KEY=VALUE per process name ("order", "order-relay", "stock", "stock-relay", "shipping", "auditor", "" for all)
 	auditor bool                // run `auditor serve` too
 }
 
@@ -81,6 +81,8 @@ func fastRetries() []string {
 		"STOCK_RETRY_DELAYS=50ms,100ms,200ms",
 		"SHIPPING_MAX_ATTEMPTS=4",
 		"SHIPPING_RETRY_DELAYS=50ms,100ms,200ms",
+		"ORDER_MAX_ATTEMPTS=4",
+		"ORDER_RETRY_DELAYS=50ms,100ms,200ms",
 		"RELAY_POLL_INTERVAL=200ms",
 	}
 }

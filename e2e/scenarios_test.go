@@ -19,9 +19,10 @@ import (
 	"example.com/shop/platform/testkit"
 )
 
-// TestPlaceReservesAndShips follows one order: once placed, stock reserves
-// each of its lines and shipping records it as placed at version 2 with a
-// pending shipment (ready comes with stock's confirmation).
+// TestPlaceReservesAndShips follows one order of untracked products through both
+// legs: once placed (version 2), stock reserves each of its lines and answers
+// through its outbox and relay; order consumes the confirmation and moves to
+// confirmed at version 3, and shipping follows with a ready shipment.
 func TestPlaceReservesAndShips(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})
@@ -30,14 +31,18 @@ func TestPlaceReservesAndShips(t *testing.T) {
 	o := s.createOrder(ctx, 3)
 	s.place(ctx, o.ID, http.StatusOK)
 	got, status, err := s.api.Order(ctx, o.ID)
-	if err != nil || status != http.StatusOK || got.Status != "placed" || got.Version != 2 {
-		t.Fatalf("order after place = %+v (status %d, err %v), want placed at version 2", got, status, err)
+	if err != nil || status != http.StatusOK || got.Version < 2 || (got.Status != "placed" && got.Status != "confirmed") {
+		t.Fatalf("order after place = %+v (status %d, err %v), want placed at version 2 (or confirmed already)", got, status, err)
 	}
 
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
-	if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 1 {
-		t.Errorf("outbox rows for the order = %d, want 1", n)
+	s.waitOrder(ctx, o.ID, "confirmed", 3)
+	s.waitShipping(ctx, o.ID, "confirmed", 3, "ready")
+	if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 2 {
+		t.Errorf("order's outbox rows for the order = %d, want 2 (placed, confirmed)", n)
+	}
+	if n := count(t, ctx, s.dbs.Stock, `SELECT count(*) FROM outbox WHERE event_name = $1`, contracts.EventStockReservationConfirmed); n != 1 {
+		t.Errorf("stock's confirmations = %d, want 1", n)
 	}
 
 	// Placing twice is a conflict; an unknown order is not found.
@@ -78,13 +83,16 @@ func TestDoubleClick(t *testing.T) {
 			t.Fatalf("round %d: statuses of two concurrent places = %v, want [200 409]", round, statuses)
 		}
 		s.waitReserved(ctx, o)
-		if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID); n != 1 {
-			t.Fatalf("round %d: outbox rows for the order = %d, want 1", round, n)
+		if n := count(t, ctx, s.dbs.Order, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`,
+			o.ID, contracts.EventOrderPlaced); n != 1 {
+			t.Fatalf("round %d: placed events for the order = %d, want 1", round, n)
 		}
 	}
 	r := s.invariants(ctx)
-	if r.OutboxEvents != 5 || r.StockProcessed != 5 {
-		t.Errorf("events = %d, stock processed = %d; want 5 and 5", r.OutboxEvents, r.StockProcessed)
+	// Per order: placed and confirmed from order, one answer from stock.
+	if r.OutboxEvents != 15 || r.StockProcessed != 5 || r.OrderProcessed != 5 || r.Orders["confirmed"] != 5 {
+		t.Errorf("events = %d, stock processed = %d, order processed = %d, confirmed %d; want 15, 5, 5, 5",
+			r.OutboxEvents, r.StockProcessed, r.OrderProcessed, r.Orders["confirmed"])
 	}
 }
 
@@ -99,11 +107,12 @@ func TestDuplicateRepublish(t *testing.T) {
 	o := s.createOrder(ctx, 2)
 	s.place(ctx, o.ID, http.StatusOK)
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
+	s.waitShipping(ctx, o.ID, "confirmed", 3, "ready")
 	s.invariants(ctx)
 
 	var id, name, body string
-	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text, event_name, envelope::text FROM outbox`).Scan(&id, &name, &body); err != nil {
+	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text, event_name, envelope::text FROM outbox WHERE event_name = $1`,
+		contracts.EventOrderPlaced).Scan(&id, &name, &body); err != nil {
 		t.Fatalf("read the outbox: %v", err)
 	}
 	dupStock := s.metric(ctx, s.sys.Stock, "inbox_duplicates_total")
@@ -121,14 +130,14 @@ func TestDuplicateRepublish(t *testing.T) {
 		return ""
 	})
 	for _, db := range []struct {
-		name string
-		n    int
+		name    string
+		n, want int
 	}{
-		{"stock", count(t, ctx, s.dbs.Stock, `SELECT count(*) FROM processed_event`)},
-		{"shipping", count(t, ctx, s.dbs.Shipping, `SELECT count(*) FROM processed_event`)},
+		{"stock", count(t, ctx, s.dbs.Stock, `SELECT count(*) FROM processed_event`), 1},
+		{"shipping", count(t, ctx, s.dbs.Shipping, `SELECT count(*) FROM processed_event`), 2}, // placed, confirmed
 	} {
-		if db.n != 1 {
-			t.Errorf("%s processed_event rows = %d, want 1", db.name, db.n)
+		if db.n != db.want {
+			t.Errorf("%s processed_event rows = %d, want %d", db.name, db.n, db.want)
 		}
 	}
 	rs, err := s.api.Reservations(ctx, o.ID)
@@ -138,9 +147,9 @@ func TestDuplicateRepublish(t *testing.T) {
 	s.invariants(ctx)
 }
 
-// TestCancelAfterPlace cancels a placed order once its reservations exist:
-// stock releases them, shipping moves to cancelled at version 3 and cancels
-// the shipment.
+// TestCancelAfterPlace cancels an order once stock has confirmed it: stock
+// releases the reservations, shipping moves to cancelled at version 4 and
+// cancels the shipment.
 func TestCancelAfterPlace(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})
@@ -149,14 +158,14 @@ func TestCancelAfterPlace(t *testing.T) {
 	o := s.createOrder(ctx, 2)
 	s.place(ctx, o.ID, http.StatusOK)
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
+	s.waitShipping(ctx, o.ID, "confirmed", 3, "ready")
 
 	if st, err := s.api.Cancel(ctx, o.ID); err != nil || st != http.StatusOK {
 		t.Fatalf("cancel: status %d, err %v; want 200", st, err)
 	}
 	got, _, err := s.api.Order(ctx, o.ID)
-	if err != nil || got.Status != "cancelled" || got.Version != 3 {
-		t.Fatalf("order after cancel = %+v (err %v), want cancelled at version 3", got, err)
+	if err != nil || got.Status != "cancelled" || got.Version != 4 {
+		t.Fatalf("order after cancel = %+v (err %v), want cancelled at version 4", got, err)
 	}
 	// The released reservations stay visible, with status released.
 	eventually(t, "reservations released", func() string {
@@ -169,7 +178,7 @@ func TestCancelAfterPlace(t *testing.T) {
 		}
 		return ""
 	})
-	s.waitShipping(ctx, o.ID, "cancelled", 3, "cancelled")
+	s.waitShipping(ctx, o.ID, "cancelled", 4, "cancelled")
 	if st, err := s.api.Cancel(ctx, o.ID); err != nil || st != http.StatusConflict {
 		t.Errorf("second cancel: status %d, err %v; want 409", st, err)
 	}
@@ -190,8 +199,11 @@ func TestRelayKilledMidStream(t *testing.T) {
 		140: func() { s.crash(ctx, s.sys.Relay) },
 	})
 	r := s.invariants(ctx)
-	if r.Orders["placed"] != total || r.OutboxPublished != total || r.StockProcessed != total || r.ShippingProcessed != total {
-		t.Errorf("report %+v; want %d placed, published and processed by both", r, total)
+	// Per order: placed and confirmed from order (both to shipping), one answer from stock (to order).
+	if r.Orders["confirmed"] != total || r.OutboxPublished != 3*total || r.StockProcessed != total ||
+		r.ShippingProcessed != 2*total || r.OrderProcessed != total {
+		t.Errorf("report %+v; want %d confirmed, %d events published, stock and order processing %d, shipping %d",
+			r, total, 3*total, total, 2*total)
 	}
 }
 
@@ -215,8 +227,8 @@ func TestConsumerKilledMidStream(t *testing.T) {
 		},
 	})
 	r := s.invariants(ctx)
-	if r.Orders["placed"] != total || r.ReservedLines != 2*total || r.StockProcessed != total {
-		t.Errorf("report %+v; want %d placed with %d reserved lines", r, total, 2*total)
+	if r.Orders["confirmed"] != total || r.ReservedLines != 2*total || r.StockProcessed != total {
+		t.Errorf("report %+v; want %d confirmed with %d reserved lines", r, total, 2*total)
 	}
 }
 
@@ -357,6 +369,26 @@ func (s *shop) waitReserved(ctx context.Context, o system.Order) {
 		}
 		return ""
 	})
+}
+
+// waitOrder waits until the order API shows the order at status and version, and
+// returns it.
+func (s *shop) waitOrder(ctx context.Context, orderID, status string, version int) system.Order {
+	s.t.Helper()
+	var o system.Order
+	eventually(s.t, "order "+orderID+" "+status, func() string {
+		var code int
+		var err error
+		o, code, err = s.api.Order(ctx, orderID)
+		if err != nil || code != http.StatusOK {
+			return fmt.Sprintf("order: %d %v", code, err)
+		}
+		if o.Status != status || o.Version != version {
+			return fmt.Sprintf("order %s v%d, want %s v%d", o.Status, o.Version, status, version)
+		}
+		return ""
+	})
+	return o
 }
 
 // waitShipping waits until shipping shows the order at status and version

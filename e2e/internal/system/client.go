@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"example.com/shop/contracts"
 )
 
 // Line is one order line as the order API shows it.
@@ -23,6 +25,8 @@ type Order struct {
 	Status     string `json:"status"`
 	Version    int    `json:"version"`
 	Lines      []Line `json:"lines"`
+	// Rejection is stock's reason, on a rejected order only.
+	Rejection *contracts.Rejection `json:"rejection,omitempty"`
 }
 
 // Reservation is the stock API's view of one reserved line.
@@ -97,6 +101,36 @@ func (c *Client) Order(ctx context.Context, id string) (Order, int, error) {
 	var o Order
 	status, err := c.do(ctx, http.MethodGet, c.sys.OrderAPI.Addr, "/orders/"+id, nil, &o)
 	return o, status, err
+}
+
+// PutStock sets the on-hand quantity of a product in stock (a decimal string such
+// as "1.000"), which makes it tracked; an answer other than 200 is an error.
+func (c *Client) PutStock(ctx context.Context, productID, onHand string) error {
+	body, _ := json.Marshal(map[string]string{"on_hand": onHand})
+	status, err := c.do(ctx, http.MethodPut, c.sys.Stock.Addr, "/products/"+productID+"/stock", body, nil)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("put stock of %s: status %d", productID, status)
+	}
+	return err
+}
+
+// Stock is the stock API's view of a tracked product's quantities, decimal strings
+// with three fraction digits.
+type Stock struct {
+	ProductID string `json:"product_id"`
+	OnHand    string `json:"on_hand"`
+	Reserved  string `json:"reserved"`
+	Available string `json:"available"`
+}
+
+// Stock gets /products/{id}/stock; an answer other than 200 (404: untracked) is an error.
+func (c *Client) Stock(ctx context.Context, productID string) (Stock, error) {
+	var st Stock
+	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/products/"+productID+"/stock", nil, &st)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("stock of %s: status %d", productID, status)
+	}
+	return st, err
 }
 
 // Reservations gets stock's reservations of one order, held and released.
