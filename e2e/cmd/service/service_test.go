@@ -20,17 +20,17 @@ func TestMakeServiceInAFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "acme")
-	run(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/acme/orders", "NAME=acme", "DIR="+dir)
-	run(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
+	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/acme/orders", "NAME=acme", "DIR="+dir)
+	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
 	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("make service wrote no %s: %v", f, err)
 		}
 	}
-	run(t, filepath.Join(dir, "services/billing"), "go", "vet", "./...")
-	run(t, filepath.Join(dir, "services/billing"), "go", "test", "-count=1", "./...")
-	run(t, filepath.Join(dir, "contracts"), "go", "test", "-count=1", "./...")
-	run(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
+	runIn(t, filepath.Join(dir, "services/billing"), "go", "vet", "./...")
+	runIn(t, filepath.Join(dir, "services/billing"), "go", "test", "-count=1", "./...")
+	runIn(t, filepath.Join(dir, "contracts"), "go", "test", "-count=1", "./...")
+	runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
 		"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
 }
 
@@ -52,10 +52,10 @@ func TestRefuses(t *testing.T) {
 	}
 }
 
-// run runs a command in dir with -trimpath added to GOFLAGS (so that the build
+// runIn runs a command in dir with -trimpath added to GOFLAGS (so that the build
 // cache serves later forks in other temporary folders), failing t with its
 // output when it fails.
-func run(t *testing.T, dir, name string, args ...string) {
+func runIn(t *testing.T, dir, name string, args ...string) {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.CommandContext(t.Context(), name, args...)
