@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,13 +14,20 @@ import (
 	"time"
 )
 
-// The fork the tests make, and the words of the old name that a fork keeps: the
-// search below fails on any other occurrence of the old project name (in any
-// case, inside longer words too) or of the old module path.
-const (
-	testModule = "github.com/acme/orders"
-	testName   = "acme"
-)
+// target is the module path and name the tests fork to: acme, or zeta when the
+// repository is a fork named acme already.
+func target(t *testing.T, root string) (module, name string) {
+	t.Helper()
+	old, err := workspaceModule(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = "acme"
+	if path.Base(old) == name {
+		name = "zeta"
+	}
+	return "github.com/" + name + "/orders", name
+}
 
 // allowed are the words containing the old name that a fork keeps, each with
 // its reason. Everything else that contains it is a leftover.
@@ -49,9 +57,10 @@ func repoRoot(t *testing.T) string {
 // newFork forks the repository into a fresh temporary folder.
 func newFork(t *testing.T) (string, Report) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), testName)
+	mod, name := target(t, repoRoot(t))
+	dir := filepath.Join(t.TempDir(), name)
 	start := time.Now()
-	rep, err := Fork(Options{Source: repoRoot(t), Dir: dir, Module: testModule, Name: testName})
+	rep, err := Fork(Options{Source: repoRoot(t), Dir: dir, Module: mod, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +101,13 @@ func modulePatterns(t *testing.T, dir string) []string {
 	return pkgs
 }
 
-// TestForkIsItsOwn forks the repository under testModule and testName, then in
+// TestForkIsItsOwn forks the repository (to github.com/acme/orders, acme), then in
 // the fork builds and vets every module, runs the boundary test and the unit
 // tests of contracts and of the platform packages that need no server, and
 // searches every file for the old module path and project name.
 func TestForkIsItsOwn(t *testing.T) {
 	dir, rep := newFork(t)
-	if rep.OldModule == testModule || len(rep.Changes) == 0 {
+	if rep.OldModule == rep.Module || len(rep.Changes) == 0 {
 		t.Fatalf("the fork changed nothing: %+v", rep)
 	}
 
@@ -144,6 +153,7 @@ func TestForkIsItsOwn(t *testing.T) {
 // name that is a Go identifier of the repository already, each before writing.
 func TestForkRefuses(t *testing.T) {
 	root := repoRoot(t)
+	testModule, testName := target(t, root)
 	full := t.TempDir()
 	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -152,13 +162,13 @@ func TestForkRefuses(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{Options{Module: "acme/orders", Name: "acme"}, "not a module path"},
-		{Options{Module: "", Name: "acme"}, "MODULE is required"},
-		{Options{Module: testModule, Name: "Acme-1"}, "lowercase"},
+		{Options{Module: "nodot/orders", Name: testName}, "not a module path"},
+		{Options{Module: "", Name: testName}, "MODULE is required"},
+		{Options{Module: testModule, Name: "Upper-1"}, "lowercase"},
 		{Options{Module: testModule, Name: "func"}, "Go keyword"},
 		{Options{Module: testModule, Name: "orders"}, "Go identifier in the repository"},
-		{Options{Module: testModule, Name: "acme", Dir: full}, "not empty"},
-		{Options{Module: testModule, Name: "acme", Dir: filepath.Join(root, "acme")}, "inside the repository"},
+		{Options{Module: testModule, Name: testName, Dir: full}, "not empty"},
+		{Options{Module: testModule, Name: testName, Dir: filepath.Join(root, "inside")}, "inside the repository"},
 	} {
 		tc.o.Source = root
 		if tc.o.Dir == "" {
@@ -176,15 +186,15 @@ func TestForkRefuses(t *testing.T) {
 
 func TestReplaceWord(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{"shop-demo shop.json SHOP_IMAGE Shop's shop_owner", "acme-demo acme.json ACME_IMAGE Acme's acme_owner"},
-		{"Shopify newShop shopt shopping", "Shopify newShop shopt shopping"},
+		{"cat-demo cat.json CAT_IMAGE Cat's cat_owner", "dog-demo dog.json DOG_IMAGE Dog's dog_owner"},
+		{"Catify newCat catt category", "Catify newCat catt category"},
 	} {
-		if got, _ := replaceWord([]byte(tc.in), "shop", "acme"); string(got) != tc.want {
+		if got, _ := replaceWord([]byte(tc.in), "cat", "dog"); string(got) != tc.want {
 			t.Errorf("replaceWord(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	got, n := replaceModule([]byte("import \"example.com/shop/platform\" registry.example.com/shop:1 https://example.com/shop/problems"), "example.com/shop", "github.com/acme/orders")
-	if want := "import \"github.com/acme/orders/platform\" registry.example.com/shop:1 https://github.com/acme/orders/problems"; string(got) != want || n != 2 {
+	got, n := replaceModule([]byte("import \"example.org/cat/platform\" registry.example.org/cat:1 https://example.org/cat/problems"), "example.org/cat", "github.com/dog/x")
+	if want := "import \"github.com/dog/x/platform\" registry.example.org/cat:1 https://github.com/dog/x/problems"; string(got) != want || n != 2 {
 		t.Errorf("replaceModule = %q, %d; want %q, 2", got, n, want)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,8 +20,16 @@ func TestMakeServiceInAFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "acme")
-	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/acme/orders", "NAME=acme", "DIR="+dir)
+	old, err := workspaceModule(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "acme" // zeta when this is a fork named acme already
+	if path.Base(old) == name {
+		name = "zeta"
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir)
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
 	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
