@@ -102,7 +102,7 @@ func modulePatterns(t *testing.T, dir string) []string {
 }
 
 // TestForkIsItsOwn forks the repository (to github.com/acme/orders, acme), then in
-// the fork builds and vets every module, runs the boundary test and the unit
+// the fork checks gofmt, builds and vets every module, runs the boundary test and the unit
 // tests of contracts and of the platform packages that need no server, and
 // searches every file for the old module path and project name.
 func TestForkIsItsOwn(t *testing.T) {
@@ -137,6 +137,11 @@ func TestForkIsItsOwn(t *testing.T) {
 	}
 	if len(leftovers) > 0 {
 		t.Errorf("the fork still names the old project:\n%s", strings.Join(leftovers, "\n"))
+	}
+
+	// The rewritten imports must still be in gofmt's order (make lint).
+	if out, err := exec.Command("gofmt", "-l", dir).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("gofmt -l in the fork: %v\n%s", err, out)
 	}
 
 	pkgs := modulePatterns(t, dir)
