@@ -1,46 +1,137 @@
 package main
 
 import (
+	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestMakeServiceInAFork forks the repository (make fork), adds a billing
-// consumer there (make service NAME=billing), and in the fork runs billing's own
-// tests, the tests that hold the deploy files and the AsyncAPI document to the
-// registry, and the end-to-end check in which the auditor reports every consumer,
-// billing included, processing every event of an order.
-func TestMakeServiceInAFork(t *testing.T) {
+// allowed are the words containing the old project name that a fork keeps, each
+// with its reason. The search fails on every other word that contains it, in any
+// case.
+var allowed = map[string]string{
+	"Shopify":                    "github.com/Shopify/toxiproxy, a third-party module the fault tests use",
+	"shopspring":                 "github.com/shopspring/decimal, a third-party module in go.sum",
+	"shopt":                      "the bash builtin in deploy/compose-test.sh",
+	"newShop":                    "a Go identifier of the end-to-end harness (starts one system); internal to the tests",
+	"shopTopology":               "a Go identifier of the bench (the queues it empties); internal to the tests",
+	"shopNames":                  "a Go identifier of the boundary test (service names in platform code); internal to the tests",
+	"ShopNames":                  "the same boundary test's exported helper",
+	"TestShopNamesFindsAService": "the test of that helper",
+	"shopWord":                   "a Go identifier of that helper",
+	"shopIdent":                  "a Go identifier of that helper",
+}
+
+// TestForkThenAddAService is the template's proof, on one fork so that the fork's
+// packages compile once: `make fork` into a temporary folder under a new module
+// path and name (acme; zeta in a fork named acme already), the search for the old
+// module path and name, gofmt; then `make service NAME=billing` in the fork, and
+// there `go build` and `go vet` of every module of go.work, the boundary test, the
+// tests of contracts and of the platform packages that need no server, billing's
+// own tests, the registry and Kubernetes tests of e2e, and the end-to-end check in
+// which the auditor reports every consumer, billing included, processing every event
+// of an order.
+func TestForkThenAddAService(t *testing.T) {
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := workspaceModule(root)
+	oldModule, err := workspaceModule(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "acme" // zeta when this is a fork named acme already
-	if path.Base(old) == name {
+	oldName := path.Base(oldModule)
+	name := "acme"
+	if oldName == name {
 		name = "zeta"
 	}
 	dir := filepath.Join(t.TempDir(), name)
 	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir)
+
+	t.Run("the fork names the old project nowhere", func(t *testing.T) {
+		old := regexp.MustCompile(`(?i)[a-z0-9_]*` + regexp.QuoteMeta(oldName) + `[a-z0-9_]*`)
+		var leftovers []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if bytes.Contains(b, []byte(oldModule)) {
+				leftovers = append(leftovers, rel+": the module path "+oldModule)
+			}
+			for _, w := range slices.Concat(old.FindAllString(rel, -1), old.FindAllString(string(b), -1)) {
+				if _, ok := allowed[w]; !ok {
+					leftovers = append(leftovers, rel+": "+w)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leftovers) > 0 {
+			t.Errorf("the fork still names the old project:\n%s", strings.Join(leftovers, "\n"))
+		}
+		// The rewritten imports must still be in gofmt's order (make lint).
+		if out, err := exec.Command("gofmt", "-l", dir).CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("gofmt -l in the fork: %v\n%s", err, out)
+		}
+	})
+
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
 	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("make service wrote no %s: %v", f, err)
 		}
 	}
-	runIn(t, filepath.Join(dir, "services/billing"), "go", "vet", "./...")
-	runIn(t, filepath.Join(dir, "services/billing"), "go", "test", "-count=1", "./...")
-	runIn(t, filepath.Join(dir, "contracts"), "go", "test", "-count=1", "./...")
-	runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
-		"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
+	if out, err := exec.Command("gofmt", "-l", dir).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("gofmt -l after make service: %v\n%s", err, out)
+	}
+
+	t.Run("every module builds, vets and passes its fast tests", func(t *testing.T) {
+		pkgs := modulePatterns(t, dir)
+		runIn(t, dir, "go", append([]string{"build"}, pkgs...)...)
+		runIn(t, dir, "go", append([]string{"vet"}, pkgs...)...)
+		// The platform packages below need neither PostgreSQL nor RabbitMQ; the
+		// rest of the platform's tests run on the servers and take minutes.
+		runIn(t, dir, "go", "test", "-count=1", "./e2e/internal/boundaries", "./contracts/...",
+			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
+			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...")
+	})
+
+	t.Run("the auditor sees billing receive every event", func(t *testing.T) {
+		runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
+			"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
+	})
+}
+
+// modulePatterns is ./<module>/... for every module of the fork's go.work.
+func modulePatterns(t *testing.T, dir string) []string {
+	t.Helper()
+	work, err := os.ReadFile(filepath.Join(dir, "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
+		pkgs = append(pkgs, "./"+m[1]+"/...")
+	}
+	if !slices.Contains(pkgs, "./services/billing/...") {
+		t.Fatalf("go.work of the fork lists %v, without billing", pkgs)
+	}
+	return pkgs
 }
 
 // TestRefuses: a bad name or kind and a service the registry has, before writing.
