@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -74,11 +75,11 @@ func (a *adder) edits() {
 		return cloneLines(s, "  - job_name: "+like+"\n", 2, a.rename)
 	})
 	a.edit("deploy/postgres/roles.sql", func(s string) (string, error) {
-		s, err := cloneLines(s, "--   "+like+"_app ", 1, a.rename)
+		s, err := cloneLines(s, "--   "+like+"_app ", 1, a.renameColumn)
 		if err != nil {
 			return "", err
 		}
-		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, a.rename); err != nil {
+		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, a.renameColumn); err != nil {
 			return "", err
 		}
 		old := "'" + like + "_app', '" + like + "_maintenance',"
@@ -137,6 +138,20 @@ func (a *adder) rename(s string) string {
 	s = strings.NewReplacer(like, n, strings.ToUpper(like[:1])+like[1:], a.d.Title, strings.ToUpper(like), a.d.Upper).Replace(s)
 	return strings.ReplaceAll(s, a.likePort, strings.TrimPrefix(a.d.HTTPAddr, ":"))
 }
+
+// renameColumn renames a comment line "--   <role>   <what>" and keeps <what> in
+// its column.
+func (a *adder) renameColumn(line string) string {
+	m := roleLine.FindStringSubmatch(line)
+	if m == nil {
+		return a.rename(line)
+	}
+	role := a.rename(m[2])
+	pad := max(len(m[2])+len(m[3])-len(role), 2)
+	return m[1] + role + strings.Repeat(" ", pad) + a.rename(m[4])
+}
+
+var roleLine = regexp.MustCompile(`^(--\s+)(\S+)(\s+)(.*\n)$`)
 
 // edit rewrites one file of the repository with fn.
 func (a *adder) edit(rel string, fn func(string) (string, error)) {
