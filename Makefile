@@ -18,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy tools
+.PHONY: all build test unit e2e lint demo bench chaos up down compose-test clean tidy tools fork service
 
 all: lint test
 
@@ -93,6 +93,14 @@ down:
 # this machine cannot pull when they are missing, then runs the test on its own ports.
 compose-test:
 	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 45m ./e2e/composeup/
+
+## fork: copy the repository to DIR under MODULE and NAME (docs/fork.md), e.g. make fork MODULE=github.com/acme/orders NAME=acme
+fork:
+	$(GO) run ./e2e/cmd/fork -module '$(MODULE)' $(if $(NAME),-name '$(NAME)') $(if $(DIR),-dir '$(DIR)')
+
+## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default)
+service:
+	$(GO) run ./e2e/cmd/service -name '$(NAME)' -kind '$(or $(KIND),consumer)'
 
 tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done

@@ -118,7 +118,7 @@ func TestPlatformNamesNoService(t *testing.T) {
 			return err
 		}
 		files++
-		found, err := boundaries.ShopNames(path, src)
+		found, err := boundaries.ShopNames(path, src, strings.TrimSuffix(root, "/"))
 		for _, f := range found {
 			t.Errorf("%s: platform must not name a service", f)
 		}
@@ -146,8 +146,9 @@ var sql = "SELECT 1 ORDER BY id"
 var ok = contracts.QueueStock
 var p = contracts.OrderPlaced{OrderID: id, Lines: nil}
 func auditorName() string { return "x" }
+var tracer = "github.com/acme/orders/platform/amqp"
 `
-	found, err := boundaries.ShopNames("p.go", []byte(src))
+	found, err := boundaries.ShopNames("p.go", []byte(src), "github.com/acme/orders")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,10 @@ var shopIdent = regexp.MustCompile(`(Orders?|Stock|Shipping|Auditor)([A-Z0-9_]|$
 // service of the shop in an identifier or a string literal, one "file:line:col: what"
 // each. Comments are free to give examples, and so is the shared contract: a selector
 // of the contracts package (contracts.OrderPlaced) and the fields of a composite
-// literal of a contracts type are not counted, nor is SQL's ORDER BY.
-func ShopNames(file string, src []byte) ([]string, error) {
+// literal of a contracts type are not counted, nor is SQL's ORDER BY, nor module, the
+// workspace's module path prefix, in a string (a fork's, github.com/acme/orders, may
+// hold a service's name).
+func ShopNames(file string, src []byte, module string) ([]string, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, src, parser.SkipObjectResolution)
 	if err != nil {
@@ -44,28 +46,29 @@ func ShopNames(file string, src []byte) ([]string, error) {
 			if sel, ok := x.Type.(*ast.SelectorExpr); ok && isContracts(sel) {
 				for _, e := range x.Elts {
 					if kv, ok := e.(*ast.KeyValueExpr); ok {
-						ast.Inspect(kv.Value, func(n ast.Node) bool { return inspectValue(fset, n, &out) })
+						ast.Inspect(kv.Value, func(n ast.Node) bool { return inspectValue(fset, n, module, &out) })
 					} else {
-						ast.Inspect(e, func(n ast.Node) bool { return inspectValue(fset, n, &out) })
+						ast.Inspect(e, func(n ast.Node) bool { return inspectValue(fset, n, module, &out) })
 					}
 				}
 				return false
 			}
 		}
-		return inspectValue(fset, n, &out)
+		return inspectValue(fset, n, module, &out)
 	})
 	return out, nil
 }
 
 // inspectValue records a shop name in an identifier or string literal n.
-func inspectValue(fset *token.FileSet, n ast.Node, out *[]string) bool {
+func inspectValue(fset *token.FileSet, n ast.Node, module string, out *[]string) bool {
 	switch x := n.(type) {
 	case *ast.SelectorExpr:
 		if isContracts(x) {
 			return false
 		}
 	case *ast.BasicLit:
-		if x.Kind == token.STRING && shopWord.MatchString(sqlOrderBy.ReplaceAllString(x.Value, "")) {
+		v := sqlOrderBy.ReplaceAllString(strings.ReplaceAll(x.Value, module, ""), "")
+		if x.Kind == token.STRING && shopWord.MatchString(v) {
 			*out = append(*out, fmt.Sprintf("%s: string %s", fset.Position(x.Pos()), short(x.Value)))
 		}
 	case *ast.Ident:

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/scanner"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/module"
+
+	"example.com/shop/contracts"
+)
+
+// Options is one fork: the repository Source is copied to Dir, its module path
+// prefix becoming Module and its project name becoming Name.
+type Options struct {
+	Source, Dir, Module, Name string
+}
+
+// Change is one file of the fork that differs from its source: its path in the
+// fork, its path in the source when the file was renamed, and how many module
+// paths and project names it rewrote.
+type Change struct {
+	Path, From    string
+	Module, Names int
+}
+
+// Report is what a fork did: the old and new module path and name, every
+// changed file, and how many files it copied unchanged.
+type Report struct {
+	OldModule, Module, OldName, Name string
+	Changes                          []Change
+	Copied                           int
+}
+
+// nameRE is what a project name may be: a lowercase letter, then lowercase
+// letters and digits. It is then a Go identifier, a DNS label (the Kubernetes
+// namespace), a docker image and compose project name, and a vhost.
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+
+// Fork copies o.Source to o.Dir with the module path and project name rewritten
+// (see the package comment). It refuses, before writing anything, a module path
+// that module.CheckPath rejects, a name that is not a plain lowercase word or
+// that the repository already uses as a word (the rename would merge it with
+// what is there), and a Dir that exists and is not empty.
+func Fork(o Options) (Report, error) {
+	if o.Module == "" {
+		return Report{}, usagef("MODULE is required, e.g. make fork MODULE=github.com/acme/orders")
+	}
+	if err := module.CheckPath(o.Module); err != nil {
+		return Report{}, usagef("MODULE %q is not a module path: %v", o.Module, err)
+	}
+	if !nameRE.MatchString(o.Name) {
+		return Report{}, usagef("NAME %q: a project name is a lowercase letter, then lowercase letters and digits (it names an image, a namespace and a vhost)", o.Name)
+	}
+	if token.IsKeyword(o.Name) || types.Universe.Lookup(o.Name) != nil {
+		return Report{}, usagef("NAME %q is a Go keyword or predeclared identifier; choose another", o.Name)
+	}
+	src, err := filepath.Abs(o.Source)
+	if err != nil {
+		return Report{}, err
+	}
+	dst, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return Report{}, err
+	}
+	if dst == src || strings.HasPrefix(dst, src+string(filepath.Separator)) {
+		return Report{}, usagef("DIR %s is inside the repository it copies; choose a folder outside %s", o.Dir, src)
+	}
+	if entries, err := os.ReadDir(dst); err == nil && len(entries) > 0 {
+		return Report{}, usagef("DIR %s exists and is not empty; choose a new folder or empty it", o.Dir)
+	} else if err != nil && !os.IsNotExist(err) {
+		return Report{}, err
+	}
+	oldModule, err := workspaceModule(src)
+	if err != nil {
+		return Report{}, err
+	}
+	if o.Module == oldModule {
+		return Report{}, usagef("MODULE %s is the module path of the repository already", o.Module)
+	}
+	rep := Report{OldModule: oldModule, Module: o.Module, OldName: path.Base(oldModule), Name: o.Name}
+	files, err := trackedFiles(src)
+	if err != nil {
+		return Report{}, err
+	}
+	r := rewriter{oldModule: oldModule, module: o.Module, oldName: rep.OldName, name: o.Name}
+	if r.oldName != r.name {
+		// The name becomes a Go identifier where the old one was one (the
+		// end-to-end harness's type): it must not meet one of the same name.
+		uses, err := goIdents(src, files, r.name)
+		if err != nil {
+			return Report{}, err
+		}
+		if len(uses) > 0 {
+			return Report{}, usagef("NAME %q is a Go identifier in the repository already (%s); choose another", o.Name, joinLimit(uses, 3))
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if os.IsNotExist(err) {
+			continue // deleted in the working tree, not yet committed
+		}
+		if err != nil {
+			return Report{}, err
+		}
+		info, err := os.Stat(filepath.Join(src, f))
+		if err != nil {
+			return Report{}, err
+		}
+		to, names := r.path(f)
+		out, c, err := r.content(f, b)
+		if err != nil {
+			return Report{}, fmt.Errorf("%s: %w", f, err)
+		}
+		c.Path, c.Names = to, c.Names+names
+		if to != f {
+			c.From = f
+		}
+		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(to)), 0o755); err != nil {
+			return Report{}, err
+		}
+		if err := os.WriteFile(filepath.Join(dst, to), out, info.Mode().Perm()); err != nil {
+			return Report{}, err
+		}
+		if c.Module+c.Names > 0 {
+			rep.Changes = append(rep.Changes, c)
+		} else {
+			rep.Copied++
+		}
+	}
+	return rep, nil
+}
+
+// workspaceModule returns the module path prefix of the repository at root: the
+// module path of its contracts module without "/contracts".
+func workspaceModule(root string) (string, error) {
+	name := filepath.Join(root, "contracts", "go.mod")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", fmt.Errorf("%s is not this repository: %w", root, err)
+	}
+	p := modfile.ModulePath(b)
+	if !strings.HasSuffix(p, "/contracts") {
+		return "", fmt.Errorf("%s: module %q does not end in /contracts", name, p)
+	}
+	return strings.TrimSuffix(p, "/contracts"), nil
+}
+
+// trackedFiles lists the files git tracks at root, slash-separated.
+func trackedFiles(root string) ([]string, error) {
+	cmd := exec.Command("git", "-C", root, "ls-files", "-z")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git ls-files in %s: %v: %s", root, err, strings.TrimSpace(stderr.String()))
+	}
+	var files []string
+	for f := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+// rewriter rewrites the module path prefix and the project name.
+type rewriter struct {
+	oldModule, module, oldName, name string
+}
+
+// path renames every element of f that is the project name as a word
+// (deploy/grafana/shop.json), returning the new path and the count.
+func (r rewriter) path(f string) (string, int) {
+	if r.oldName == r.name {
+		return f, 0
+	}
+	out, n := replaceWord([]byte(f), r.oldName, r.name)
+	return string(out), n
+}
+
+// content rewrites one text file; a go.mod must parse afterwards and name the
+// old module path nowhere. A file with a NUL byte is binary and copied as it is.
+func (r rewriter) content(f string, b []byte) ([]byte, Change, error) {
+	var c Change
+	if bytes.IndexByte(b, 0) >= 0 {
+		return b, c, nil
+	}
+	b, c.Module = replaceModule(b, r.oldModule, r.module)
+	if path.Base(f) == "go.mod" {
+		if err := r.checkGoMod(f, b); err != nil {
+			return nil, c, err
+		}
+	}
+	if r.oldName != r.name {
+		b, c.Names = replaceWord(b, r.oldName, r.name)
+	}
+	return b, c, nil
+}
+
+// checkGoMod parses a rewritten go.mod and fails when its module, a require
+// or a replace still names the old module path.
+func (r rewriter) checkGoMod(name string, b []byte) error {
+	mf, err := modfile.Parse(name, b, nil)
+	if err != nil {
+		return err
+	}
+	paths := []string{mf.Module.Mod.Path}
+	for _, req := range mf.Require {
+		paths = append(paths, req.Mod.Path)
+	}
+	for _, rep := range mf.Replace {
+		paths = append(paths, rep.Old.Path, rep.New.Path)
+	}
+	for _, p := range paths {
+		if p == r.oldModule || strings.HasPrefix(p, r.oldModule+"/") {
+			return fmt.Errorf("still names %s after the rewrite", p)
+		}
+	}
+	return nil
+}
+
+// replaceModule replaces old with new where old is a module path of its own:
+// not preceded by a letter, digit or one of "._-" (registry.example.com/shop is
+// an image, not a module path) and not followed by one of those.
+func replaceModule(b []byte, old, new string) ([]byte, int) {
+	return replaceBounded(b, old, new, func(c byte) bool { return isAlnum(c) || c == '.' || c == '_' || c == '-' })
+}
+
+// replaceWord replaces the project name where it is a word of its own, not
+// part of a longer word of letters and digits ("shop-demo", "SHOP_IMAGE",
+// "shop.json" are the name; "Shopify", "newShop", "shopt" are not), in three
+// spellings: lower case, Title case and UPPER case.
+func replaceWord(b []byte, old, new string) ([]byte, int) {
+	total := 0
+	for _, sp := range spellings(old, new) {
+		var n int
+		b, n = replaceBounded(b, sp[0], sp[1], isAlnum)
+		total += n
+	}
+	return b, total
+}
+
+// goIdents lists the Go files among files (under root) that have an
+// identifier spelled as name in one of the spellings replaceWord knows.
+func goIdents(root string, files []string, name string) ([]string, error) {
+	var uses []string
+	for _, f := range files {
+		if path.Ext(f) != ".go" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var s scanner.Scanner
+		fset := token.NewFileSet()
+		s.Init(fset.AddFile(f, -1, len(b)), b, nil, 0)
+		for {
+			_, tok, lit := s.Scan()
+			if tok == token.EOF {
+				break
+			}
+			if tok == token.IDENT && slices.ContainsFunc(spellings(name, name), func(sp [2]string) bool { return sp[0] == lit }) {
+				uses = append(uses, f)
+				break
+			}
+		}
+	}
+	return uses, nil
+}
+
+func spellings(old, new string) [][2]string {
+	title := func(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+	return [][2]string{{old, new}, {title(old), title(new)}, {strings.ToUpper(old), strings.ToUpper(new)}}
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// replaceBounded replaces every old in b whose neighbours are not inWord.
+func replaceBounded(b []byte, old, new string, inWord func(byte) bool) ([]byte, int) {
+	var out bytes.Buffer
+	n, i := 0, 0
+	for {
+		j := bytes.Index(b[i:], []byte(old))
+		if j < 0 {
+			break
+		}
+		j += i
+		end := j + len(old)
+		if (j == 0 || !inWord(b[j-1])) && (end == len(b) || !inWord(b[end])) {
+			out.Write(b[i:j])
+			out.WriteString(new)
+			n++
+		} else {
+			out.Write(b[i:end])
+		}
+		i = end
+	}
+	if n == 0 {
+		return b, 0
+	}
+	out.Write(b[i:])
+	return out.Bytes(), n
+}
+
+// Print writes the report: every changed file with its counts, the totals,
+// and what the fork left alone on purpose.
+func (rep Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "module path %s -> %s, project name %s -> %s\n", rep.OldModule, rep.Module, rep.OldName, rep.Name)
+	mods, names := 0, 0
+	for _, c := range rep.Changes {
+		from := ""
+		if c.From != "" {
+			from = " (was " + c.From + ")"
+		}
+		fmt.Fprintf(w, "  %-60s module path %3d, name %3d%s\n", c.Path, c.Module, c.Names, from)
+		mods += c.Module
+		names += c.Names
+	}
+	fmt.Fprintf(w, "changed %d files (%d module paths, %d names), copied %d unchanged\n", len(rep.Changes), mods, names, rep.Copied)
+	var dbs, queues []string
+	for _, s := range contracts.Services() {
+		dbs = append(dbs, s.Database)
+	}
+	for _, c := range contracts.Consumers() {
+		queues = append(queues, c.Queue, c.DeadLetterQueue)
+	}
+	fmt.Fprintf(w, "left alone on purpose (the domain's names: keep them or rename them with it):\n")
+	fmt.Fprintf(w, "  databases %s (and the demo's demo_*), their roles <service>_app, _relay, _maintenance\n", strings.Join(dbs, ", "))
+	fmt.Fprintf(w, "  events %s\n", strings.Join(contracts.EventNames(), ", "))
+	fmt.Fprintf(w, "  exchange %s, queues %s, broker users\n", contracts.Exchange, strings.Join(queues, ", "))
+	fmt.Fprintf(w, "  the example domain's hosts in URLs: example.com, registry.example.com\n")
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// allowed are the words containing the old project name that a fork keeps, each
+// with its reason. The search fails on every other word that contains it, in any
+// case.
+var allowed = map[string]string{
+	"Shopify":                    "github.com/Shopify/toxiproxy, a third-party module the fault tests use",
+	"shopspring":                 "github.com/shopspring/decimal, a third-party module in go.sum",
+	"shopt":                      "the bash builtin in deploy/compose-test.sh",
+	"newShop":                    "a Go identifier of the end-to-end harness (starts one system); internal to the tests",
+	"shopTopology":               "a Go identifier of the bench (the queues it empties); internal to the tests",
+	"shopNames":                  "a Go identifier of the boundary test (service names in platform code); internal to the tests",
+	"ShopNames":                  "the same boundary test's exported helper",
+	"TestShopNamesFindsAService": "the test of that helper",
+	"shopWord":                   "a Go identifier of that helper",
+	"shopIdent":                  "a Go identifier of that helper",
+}
+
+// TestForkThenAddAService is the template's proof, on one fork so that the fork's
+// packages compile once: `make fork` into a temporary folder under a new module
+// path and name (acme; zeta in a fork named acme already), the search for the old
+// module path and name, gofmt; then `make service NAME=billing` in the fork, and
+// there `go build` and `go vet` of every module of go.work, the boundary test, the
+// tests of contracts and of the platform packages that need no server, billing's
+// own tests, the registry and Kubernetes tests of e2e, and the end-to-end check in
+// which the auditor reports every consumer, billing included, processing every event
+// of an order.
+func TestForkThenAddAService(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldModule, err := workspaceModule(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldName := path.Base(oldModule)
+	name := "acme"
+	if oldName == name {
+		name = "zeta"
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir)
+
+	t.Run("the fork names the old project nowhere", func(t *testing.T) {
+		old := regexp.MustCompile(`(?i)[a-z0-9_]*` + regexp.QuoteMeta(oldName) + `[a-z0-9_]*`)
+		var leftovers []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if bytes.Contains(b, []byte(oldModule)) {
+				leftovers = append(leftovers, rel+": the module path "+oldModule)
+			}
+			for _, w := range slices.Concat(old.FindAllString(rel, -1), old.FindAllString(string(b), -1)) {
+				if _, ok := allowed[w]; !ok {
+					leftovers = append(leftovers, rel+": "+w)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leftovers) > 0 {
+			t.Errorf("the fork still names the old project:\n%s", strings.Join(leftovers, "\n"))
+		}
+		// The rewritten imports must still be in gofmt's order (make lint).
+		if out, err := exec.Command("gofmt", "-l", dir).CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("gofmt -l in the fork: %v\n%s", err, out)
+		}
+	})
+
+	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
+	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatalf("make service wrote no %s: %v", f, err)
+		}
+	}
+	if out, err := exec.Command("gofmt", "-l", dir).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("gofmt -l after make service: %v\n%s", err, out)
+	}
+
+	t.Run("every module builds, vets and passes its fast tests", func(t *testing.T) {
+		pkgs := modulePatterns(t, dir)
+		runIn(t, dir, "go", append([]string{"build"}, pkgs...)...)
+		runIn(t, dir, "go", append([]string{"vet"}, pkgs...)...)
+		// The platform packages below need neither PostgreSQL nor RabbitMQ; the
+		// rest of the platform's tests run on the servers and take minutes.
+		runIn(t, dir, "go", "test", "-count=1", "./e2e/internal/boundaries", "./contracts/...",
+			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
+			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...")
+	})
+
+	t.Run("the auditor sees billing receive every event", func(t *testing.T) {
+		runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
+			"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
+	})
+}
+
+// modulePatterns is ./<module>/... for every module of the fork's go.work.
+func modulePatterns(t *testing.T, dir string) []string {
+	t.Helper()
+	work, err := os.ReadFile(filepath.Join(dir, "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
+		pkgs = append(pkgs, "./"+m[1]+"/...")
+	}
+	if !slices.Contains(pkgs, "./services/billing/...") {
+		t.Fatalf("go.work of the fork lists %v, without billing", pkgs)
+	}
+	return pkgs
+}
+
+// TestRefuses: a bad name or kind and a service the registry has, before writing.
+func TestRefuses(t *testing.T) {
+	for _, o := range []Options{
+		{Name: "Billing", Kind: "consumer", Like: "shipping"},
+		{Name: "billing", Kind: "publisher", Like: "shipping"},
+		{Name: "shipping", Kind: "consumer", Like: "shipping"},
+		{Name: "billing", Kind: "consumer", Like: "nobody"},
+	} {
+		o.Root = t.TempDir()
+		if _, err := Add(o); err == nil {
+			t.Errorf("Add(%+v) = nil, want a refusal", o)
+		}
+		if entries, _ := os.ReadDir(o.Root); len(entries) > 0 {
+			t.Errorf("Add(%+v) wrote to %s", o, o.Root)
+		}
+	}
+}
+
+// runIn runs a command in dir with -trimpath added to GOFLAGS (so that the build
+// cache serves later forks in other temporary folders), failing t with its
+// output when it fails.
+func runIn(t *testing.T, dir, name string, args ...string) {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.CommandContext(t.Context(), name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"), "GOWORK=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out)
+	}
+	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(start).Round(time.Second))
+}
