@@ -85,7 +85,7 @@ func TestStockSaysNo(t *testing.T) {
 }
 
 // assertStock checks GET /products/{id}/stock.
-func assertStock(t *testing.T, ctx context.Context, s *shop, product, onHand, reserved, available string) {
+func assertStock(t *testing.T, ctx context.Context, s *testSystem, product, onHand, reserved, available string) {
 	t.Helper()
 	got, err := s.api.Stock(ctx, product)
 	if err != nil {

@@ -57,8 +57,8 @@ func run(m *testing.M) int {
 	return code
 }
 
-// shop is one running system of the suite with its own databases and vhost.
-type shop struct {
+// testSystem is one running system of the suite with its own databases and vhost.
+type testSystem struct {
 	t       *testing.T
 	sys     *system.System
 	api     *system.Client
@@ -93,7 +93,7 @@ func fastRetries() []string {
 // auditor), and waits until they are ready. Everything is stopped and
 // dropped when the test ends; on failure the processes' last output is
 // logged.
-func newShop(t *testing.T, opt options) *shop {
+func newShop(t *testing.T, opt options) *testSystem {
 	t.Helper()
 	dbURLs, auditorURLs := map[string]string{}, map[string]string{}
 	for _, svc := range contracts.Services() {
@@ -142,7 +142,7 @@ func newShop(t *testing.T, opt options) *shop {
 	if err := sys.Start(ctx, settle); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	return &shop{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL}
+	return &testSystem{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL}
 }
 
 // stopAndReport stops the processes with stop, fails t for every data race
@@ -202,7 +202,7 @@ func newLines(n int) []system.Line {
 }
 
 // createOrder creates a draft order with n lines, failing the test on error.
-func (s *shop) createOrder(ctx context.Context, n int) system.Order {
+func (s *testSystem) createOrder(ctx context.Context, n int) system.Order {
 	s.t.Helper()
 	o, err := s.api.CreateOrder(ctx, uuid.NewString(), newLines(n))
 	if err != nil {
@@ -215,7 +215,7 @@ func (s *shop) createOrder(ctx context.Context, n int) system.Order {
 }
 
 // place places order id and fails the test unless the API answers want.
-func (s *shop) place(ctx context.Context, id string, want int) {
+func (s *testSystem) place(ctx context.Context, id string, want int) {
 	s.t.Helper()
 	got, err := s.api.Place(ctx, id)
 	if err != nil || got != want {
@@ -242,7 +242,7 @@ func eventually(t *testing.T, what string, cond func() string) {
 
 // invariants waits until the whole-system invariants hold (check.Invariants)
 // and fails the test with every broken one when they do not within settle.
-func (s *shop) invariants(ctx context.Context) check.Report {
+func (s *testSystem) invariants(ctx context.Context) check.Report {
 	s.t.Helper()
 	r, err := check.Eventually(ctx, s.dbs, settle)
 	if err != nil {

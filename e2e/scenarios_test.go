@@ -276,7 +276,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 // number of concurrent clients. When the i-th place succeeds, at[i] (if any)
 // runs in its own goroutine while the clients go on; placeMany waits for
 // those too. A failed request fails the test.
-func (s *shop) placeMany(ctx context.Context, total, clients int, at map[int]func()) {
+func (s *testSystem) placeMany(ctx context.Context, total, clients int, at map[int]func()) {
 	s.t.Helper()
 	var placed atomic.Int64
 	var next atomic.Int64
@@ -310,7 +310,7 @@ func (s *shop) placeMany(ctx context.Context, total, clients int, at map[int]fun
 // it again and waits until it is ready. It may run outside the test's
 // goroutine, so it reports with Errorf only. Crashes run one at a time: a
 // second waits until the first process is back.
-func (s *shop) crash(ctx context.Context, p *system.Process) {
+func (s *testSystem) crash(ctx context.Context, p *system.Process) {
 	s.crashMu.Lock()
 	defer s.crashMu.Unlock()
 	var published int
@@ -327,7 +327,7 @@ func (s *shop) crash(ctx context.Context, p *system.Process) {
 }
 
 // waitProcessed waits until the consumer's processed_event holds at least n keys.
-func (s *shop) waitProcessed(ctx context.Context, consumer string, n int) {
+func (s *testSystem) waitProcessed(ctx context.Context, consumer string, n int) {
 	pool := s.dbs.Stock
 	if consumer == "shipping" {
 		pool = s.dbs.Shipping
@@ -343,7 +343,7 @@ func (s *shop) waitProcessed(ctx context.Context, consumer string, n int) {
 }
 
 // waitReserved waits until stock shows exactly o's lines as reservations.
-func (s *shop) waitReserved(ctx context.Context, o system.Order) {
+func (s *testSystem) waitReserved(ctx context.Context, o system.Order) {
 	s.t.Helper()
 	want := map[string]string{}
 	for _, l := range o.Lines {
@@ -373,7 +373,7 @@ func (s *shop) waitReserved(ctx context.Context, o system.Order) {
 
 // waitOrder waits until the order API shows the order at status and version, and
 // returns it.
-func (s *shop) waitOrder(ctx context.Context, orderID, status string, version int) system.Order {
+func (s *testSystem) waitOrder(ctx context.Context, orderID, status string, version int) system.Order {
 	s.t.Helper()
 	var o system.Order
 	eventually(s.t, "order "+orderID+" "+status, func() string {
@@ -393,7 +393,7 @@ func (s *shop) waitOrder(ctx context.Context, orderID, status string, version in
 
 // waitShipping waits until shipping shows the order at status and version
 // with a shipment in shipment status.
-func (s *shop) waitShipping(ctx context.Context, orderID, status string, version int, shipment string) {
+func (s *testSystem) waitShipping(ctx context.Context, orderID, status string, version int, shipment string) {
 	s.t.Helper()
 	eventually(s.t, "shipping of order "+orderID, func() string {
 		st, code, err := s.api.OrderStatus(ctx, orderID)
@@ -415,7 +415,7 @@ func (s *shop) waitShipping(ctx context.Context, orderID, status string, version
 }
 
 // metric reads one counter of p, failing the test when /metrics does not answer.
-func (s *shop) metric(ctx context.Context, p *system.Process, name string) float64 {
+func (s *testSystem) metric(ctx context.Context, p *system.Process, name string) float64 {
 	s.t.Helper()
 	v, err := p.Metric(ctx, name, nil)
 	if err != nil {

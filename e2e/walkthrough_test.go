@@ -216,7 +216,7 @@ func shellCommands(block string) []shellCommand {
 // runCommand runs c with every service's default address (localhost:8082
 // for stock) replaced by its process's, and compares its answer's keys with
 // the answer the walkthrough shows.
-func (s *shop) runCommand(ctx context.Context, c shellCommand) error {
+func (s *testSystem) runCommand(ctx context.Context, c shellCommand) error {
 	command := c.command
 	for _, svc := range contracts.Services() {
 		if p := s.sys.Process(svc.Name); p != nil {

@@ -51,8 +51,9 @@ var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
 // Fork copies o.Source to o.Dir with the module path and project name rewritten
 // (see the package comment). It refuses, before writing anything, a module path
 // that module.CheckPath rejects, a name that is not a plain lowercase word or
-// that the repository already uses as a word (the rename would merge it with
-// what is there), and a Dir that exists and is not empty.
+// that the repository uses as a Go identifier where it also uses the old name
+// as one (the rename would merge the two), and a Dir that exists and is not
+// empty.
 func Fork(o Options) (Report, error) {
 	if o.Module == "" {
 		return Report{}, usagef("MODULE is required, e.g. make fork MODULE=github.com/acme/orders")
@@ -96,11 +97,17 @@ func Fork(o Options) (Report, error) {
 	}
 	r := rewriter{oldModule: oldModule, module: o.Module, oldName: rep.OldName, name: o.Name}
 	if r.oldName != r.name {
-		// The name becomes a Go identifier where the old one was one (the
-		// end-to-end harness's type): it must not meet one of the same name.
-		uses, err := goIdents(src, files, r.name)
+		// The name becomes a Go identifier where the old one is one: it must
+		// not then meet one of the same name.
+		olds, err := goIdents(src, files, r.oldName)
 		if err != nil {
 			return Report{}, err
+		}
+		var uses []string
+		if len(olds) > 0 {
+			if uses, err = goIdents(src, files, r.name); err != nil {
+				return Report{}, err
+			}
 		}
 		if len(uses) > 0 {
 			return Report{}, usagef("NAME %q is a Go identifier in the repository already (%s); choose another", o.Name, joinLimit(uses, 3))
