@@ -65,7 +65,8 @@ base_image() {
     die "the stand-in images are built with debootstrap: install it (Debian: apt-get install -y debootstrap), or set POSTGRES_IMAGE, RABBITMQ_IMAGE, PROMETHEUS_IMAGE, GO_IMAGE and RUNTIME_IMAGE"
   # Debian's mirror as apt is configured to reach it.
   local mirror
-  mirror=$(grep -hsoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list |
+  # (grep fails on a missing file, which is no error here: either list may be absent.)
+  mirror=$({ grep -hsoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list || true; } |
     head -1 | awk '{print $2}')
   mirror=${mirror:-http://deb.debian.org/debian}
   local root
