@@ -35,7 +35,7 @@ const (
 	// QueueShippingDLQ is the dead-letter queue of [QueueShipping].
 	QueueShippingDLQ = "shipping.events.dlq"
 	// QueueOrder is the order service's durable quorum queue: stock's answers to placed
-	// orders ([OrderConsumerEvents]).
+	// orders ([ConsumerOrder]).
 	QueueOrder = "order.events"
 	// QueueOrderDLQ is the dead-letter queue of [QueueOrder].
 	QueueOrderDLQ = "order.events.dlq"

@@ -16,6 +16,9 @@ const (
 	ConsumerStock = "stock"
 	// ConsumerShipping is the shipping service's consumer: it keeps order_status and shipments.
 	ConsumerShipping = "shipping"
+	// ConsumerOrder is the order service's consumer: it moves placed orders on stock's answers.
+	// The order API keeps its Idempotency-Keys under a consumer of its own, "order-api".
+	ConsumerOrder = "order"
 )
 
 // Producer describes one service that publishes events through its own outbox and relay.
@@ -33,10 +36,12 @@ func (p Producer) Publishes(eventName string) bool {
 }
 
 // Producers returns every producer of the contract's events, in a fresh slice the caller may
-// modify: order, publishing both order events.
+// modify: order, publishing the order events, and stock, publishing its answers to placed
+// orders.
 func Producers() []Producer {
 	return []Producer{
-		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled}},
+		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
+		{Name: ProducerStock, Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
 	}
 }
 
@@ -73,11 +78,16 @@ func (c Consumer) Receives(eventName string) bool {
 }
 
 // Consumers returns every consumer of the contract's events, in a fresh slice the caller may
-// modify: stock and shipping, each receiving both order events.
+// modify: stock, reserving for placed orders and releasing for cancelled ones; shipping,
+// following every status of an order; and order, receiving stock's answers.
 func Consumers() []Consumer {
 	return []Consumer{
-		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ, Events: EventNames()},
-		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ, Events: EventNames()},
+		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ,
+			Events: []string{EventOrderPlaced, EventOrderCancelled}},
+		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ,
+			Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
+		{Name: ConsumerOrder, Queue: QueueOrder, DeadLetterQueue: QueueOrderDLQ,
+			Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
 	}
 }
 
