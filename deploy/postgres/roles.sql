@@ -9,11 +9,12 @@
 -- each service's `migrate`, which runs as the owner of its database and grants
 -- (on the platform's tables, to the roles its migrations.Schema names):
 --
---   order_api             order serve
+--   order_api             order serve (the API and the consumer of stock's answers)
 --   order_relay           order relay
---   order_maintenance     order purge-outbox, order replay-outbox
+--   order_maintenance     order purge-outbox, order replay-outbox, order purge-inbox, order dlq
 --   stock_app             stock serve
---   stock_maintenance     stock purge-inbox, stock dlq
+--   stock_relay           stock relay
+--   stock_maintenance     stock purge-inbox, stock dlq, stock purge-outbox, stock replay-outbox
 --   shipping_app          shipping serve
 --   shipping_maintenance  shipping purge-inbox, shipping dlq
 --   auditor               SELECT on every table of the three databases, read-only sessions
@@ -23,7 +24,7 @@ DECLARE
     r text;
 BEGIN
     FOREACH r IN ARRAY ARRAY['order_api', 'order_relay', 'order_maintenance',
-                             'stock_app', 'stock_maintenance',
+                             'stock_app', 'stock_relay', 'stock_maintenance',
                              'shipping_app', 'shipping_maintenance', 'auditor'] LOOP
         BEGIN
             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN

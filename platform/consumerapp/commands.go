@@ -30,9 +30,10 @@ func (s Service) contract() contracts.Consumer {
 }
 
 // MigrateCommand is `<name> migrate`: it creates the service's database if it is
-// missing and applies schema (the platform's sets it uses, then its own), logging each one and the
-// outcome as JSON on stderr (migrate.Apply); running it again applies nothing.
-func (s Service) MigrateCommand(schema migrate.Schema, getenv func(string) string, stderr io.Writer) cli.Command {
+// missing and applies Service.Schema (the platform's sets it uses, then its own),
+// logging each one and the outcome as JSON on stderr (migrate.Apply); running it
+// again applies nothing.
+func (s Service) MigrateCommand(getenv func(string) string, stderr io.Writer) cli.Command {
 	return cli.Command{
 		Name:    "migrate",
 		Summary: "create the " + s.Name + " database if missing and apply the embedded migrations",
@@ -43,7 +44,7 @@ func (s Service) MigrateCommand(schema migrate.Schema, getenv func(string) strin
 				return err
 			}
 			logger := logging.New(stderr, cfg.LogLevel, s.Name+"-migrate")
-			if err := migrate.Apply(ctx, cfg.DatabaseURL, schema, logger); err != nil {
+			if err := migrate.Apply(ctx, cfg.DatabaseURL, s.Schema, logger); err != nil {
 				return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 			}
 			return nil

@@ -12,6 +12,7 @@ import (
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
 )
 
@@ -30,6 +31,9 @@ type Service struct {
 	// Workers and InboxGroup are the defaults of <EnvPrefix>WORKERS and
 	// <EnvPrefix>INBOX_GROUP (1 = group commit off).
 	Workers, InboxGroup int
+	// Schema is the service's database schema, the platform's sets it uses, then its
+	// own: `migrate` applies it, and so does serve first when MIGRATE_ON_START is true.
+	Schema migrate.Schema
 	// Stale, when set, is the service's own word on whether a dead-lettered event
 	// has been overtaken by its state (its order_status version): `dlq replay`
 	// reports such an event as "stale: will change nothing".
@@ -55,6 +59,7 @@ const (
 //	AMQP_URL                RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR               HTTP listen address (default Service.HTTPAddr)
 //	LOG_LEVEL               debug, info, warn or error (default info)
+//	MIGRATE_ON_START        apply Service.Schema before serving (default false)
 //	<P>WORKERS             deliveries handled at once (default Service.Workers)
 //	<P>INBOX_GROUP         most events committed in one transaction (inbox.WithGroupCommit;
 //	                        default Service.InboxGroup, 1 = off)
@@ -75,6 +80,7 @@ type ServeConfig struct {
 	AMQPURL           string
 	HTTPAddr          string
 	LogLevel          slog.Level
+	MigrateOnStart    bool
 	Workers           int
 	Prefetch          int
 	InboxGroup        int
@@ -93,6 +99,7 @@ func (s Service) LoadServeConfig(env *config.Env) ServeConfig {
 		AMQPURL:           amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
 		HTTPAddr:          env.String("HTTP_ADDR", s.HTTPAddr),
 		LogLevel:          logging.LevelFromEnv(env),
+		MigrateOnStart:    env.Bool("MIGRATE_ON_START", false),
 		Workers:           env.PositiveInt(s.EnvPrefix+"WORKERS", s.Workers),
 		InboxGroup:        env.PositiveInt(s.EnvPrefix+"INBOX_GROUP", s.InboxGroup),
 		InboxTx:           env.PositiveInt(s.EnvPrefix+"INBOX_TX", defaultInboxTx),
@@ -121,6 +128,7 @@ func (c ServeConfig) LogValue() slog.Value {
 		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.Bool("migrate_on_start", c.MigrateOnStart),
 		slog.Int("workers", c.Workers), slog.Int("prefetch", c.Prefetch),
 		slog.Int("inbox_group", c.InboxGroup), slog.Int("inbox_tx", c.InboxTx),
 		slog.Int("max_attempts", c.MaxAttempts), slog.Any("retry_delays", c.RetryDelays),

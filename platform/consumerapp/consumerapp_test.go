@@ -35,7 +35,7 @@ func TestServeConfigNamesTheService(t *testing.T) {
 	for _, v := range env.Vars() {
 		names = append(names, v.Key)
 	}
-	want := []string{"BILLING_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "BILLING_WORKERS",
+	want := []string{"BILLING_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "MIGRATE_ON_START", "BILLING_WORKERS",
 		"BILLING_INBOX_GROUP", "BILLING_INBOX_TX", "BILLING_MAX_ATTEMPTS", "BILLING_RETRY_DELAYS",
 		"INBOX_MIN_RETENTION", "AMQP_REDECLARE_INTERVAL", "BILLING_PREFETCH"}
 	if !slices.Equal(names, want) {
@@ -43,7 +43,7 @@ func TestServeConfigNamesTheService(t *testing.T) {
 	}
 	if c.DatabaseURL != billing.DatabaseURL || c.HTTPAddr != ":8099" || c.Workers != 3 || c.Prefetch != 12 ||
 		c.InboxGroup != 1 || c.InboxTx != 2 || c.MaxAttempts != 5 || c.MinRetention != 168*time.Hour ||
-		c.RedeclareInterval != 5*time.Second || c.PoolSize() != 7 {
+		c.RedeclareInterval != 5*time.Second || c.PoolSize() != 7 || c.MigrateOnStart {
 		t.Errorf("defaults: %+v, pool %d", c, c.PoolSize())
 	}
 

@@ -21,6 +21,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/telemetry"
 )
@@ -53,7 +54,8 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 // then stops both. It reads top to bottom: configuration, logger and tracing; the
 // HTTP server, listening first and answering /healthz, /metrics and /readyz (503
 // until PostgreSQL and the broker are connected) and a 503 problem on every other
-// path; the database, waited for with pg.WaitPool, and the broker, dialled twice
+// path; with MIGRATE_ON_START, Service.Schema applied, retried while the server
+// does not answer (pg.Retry); the database, waited for with pg.WaitPool, and the broker, dialled twice
 // with backoff (one connection consumes, the other publishes retry and dead-letter
 // copies, so that a broker blocking publishers never stalls the acks), each
 // declaring the service's topology (deps.connect); the inbox with the service's
@@ -96,6 +98,13 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 		return err
 	}
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
+		if cfg.MigrateOnStart {
+			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
+				return migrate.Apply(ctx, cfg.DatabaseURL, s.Schema, logger)
+			}); err != nil {
+				return nil, err
+			}
+		}
 		pool, err := deps.connect(ctx, logger, reg)
 		if err != nil {
 			return nil, err

@@ -1,73 +1,44 @@
 package main
 
 import (
-	"log/slog"
-
-	"example.com/shop/platform/config"
-	"example.com/shop/platform/logging"
-	"example.com/shop/platform/pg"
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/producerapp"
+	"example.com/shop/services/order/internal/api"
+	"example.com/shop/services/order/internal/events"
+	"example.com/shop/services/order/migrations"
 )
 
-// Defaults of the order service (docs/operations.md lists every variable).
-const (
-	defaultDatabaseURL   = "postgres://postgres@localhost:5432/orders?sslmode=disable"
-	defaultHTTPAddr      = ":8081"
-	defaultRelayHTTPAddr = ":8084"
-)
+// name is the service's name: its binary, its inbox consumer (contracts.ConsumerOrder)
+// and the service attribute of its log lines.
+const name = events.Consumer
 
-// serveConfig is the configuration of `order serve`, read from the environment:
-//
-//	ORDER_DATABASE_URL  PostgreSQL URL (default postgres://postgres@localhost:5432/orders?sslmode=disable);
-//	                    pool size through its pool_max_conns parameter
-//	HTTP_ADDR           HTTP listen address (default :8081; "127.0.0.1:0" picks a free port)
-//	LOG_LEVEL           debug, info, warn or error (default info)
-//	MIGRATE_ON_START    apply the migrations before serving (default false)
-type serveConfig struct {
-	DatabaseURL    string
-	HTTPAddr       string
-	LogLevel       slog.Level
-	MigrateOnStart bool
+// service names order to the platform as a consumer and sets the defaults of its
+// variables (docs/operations.md lists every variable; `order help <command>` prints
+// what a command reads, with the defaults). serve reads consumerapp.ServeConfig,
+// whose own variables start with ORDER_ (ORDER_DATABASE_URL, ORDER_WORKERS,
+// ORDER_PREFETCH, ORDER_INBOX_GROUP, ORDER_INBOX_TX, ORDER_MAX_ATTEMPTS,
+// ORDER_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
+// The defaults: the local orders database, HTTP on :8081, 8 workers, inbox group 1
+// (group commit off: stock's answers arrive at the pace of the orders placed).
+var service = consumerapp.Service{
+	Name:        name,
+	EnvPrefix:   "ORDER_",
+	DatabaseURL: "postgres://postgres@localhost:5432/orders?sslmode=disable",
+	HTTPAddr:    ":8081",
+	Workers:     8,
+	InboxGroup:  1,
+	Schema:      migrations.Schema,
 }
 
-// loadServeConfig reads serveConfig through env; env.Err names every bad variable.
-func loadServeConfig(env *config.Env) serveConfig {
-	return serveConfig{
-		DatabaseURL:    pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
-		HTTPAddr:       env.String("HTTP_ADDR", defaultHTTPAddr),
-		LogLevel:       logging.LevelFromEnv(env),
-		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
-	}
-}
-
-// LogValue logs the configuration with the database password masked.
-func (c serveConfig) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
-		slog.String("http_addr", c.HTTPAddr),
-		slog.String("log_level", c.LogLevel.String()),
-		slog.Bool("migrate_on_start", c.MigrateOnStart),
-	)
-}
-
-// migrateConfig is the configuration of `order migrate`: ORDER_DATABASE_URL and
-// LOG_LEVEL, as for serve.
-type migrateConfig struct {
-	DatabaseURL string
-	LogLevel    slog.Level
-}
-
-// loadMigrateConfig reads migrateConfig through env; env.Err names every bad variable.
-func loadMigrateConfig(env *config.Env) migrateConfig {
-	return migrateConfig{
-		DatabaseURL: pg.URLFromEnv(env, "ORDER_DATABASE_URL", defaultDatabaseURL),
-		LogLevel:    logging.LevelFromEnv(env),
-	}
-}
-
-// LogValue logs the configuration with the database password masked.
-func (c migrateConfig) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
-		slog.String("log_level", c.LogLevel.String()),
-	)
+// producer mounts the outbox's commands, relay, purge-outbox and replay-outbox,
+// for the orders database (package producerapp); the relay's health and metrics
+// are on :8084 by default. purge-outbox also purges the API's Idempotency-Keys,
+// kept under their own consumer (api.IdempotencyConsumer), which purge-inbox
+// never touches.
+var producer = producerapp.Service{
+	Name:                name,
+	EnvPrefix:           service.EnvPrefix,
+	DatabaseURL:         service.DatabaseURL,
+	RelayHTTPAddr:       ":8084",
+	IdempotencyConsumer: api.IdempotencyConsumer,
 }

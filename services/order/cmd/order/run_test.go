@@ -15,9 +15,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/servetest"
 	"example.com/shop/services/order/migrations"
 )
 
@@ -83,6 +85,9 @@ func startServe(t *testing.T, vars map[string]string) (string, *logWatcher, func
 // returns run's error.
 func startListening(t *testing.T, vars map[string]string) (string, *logWatcher, func() error) {
 	t.Helper()
+	if vars["AMQP_URL"] == "" {
+		vars["AMQP_URL"] = testkit.NewVhost(t)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	vars["HTTP_ADDR"] = "127.0.0.1:0"
 	logs := newLogWatcher()
@@ -132,10 +137,14 @@ func call(t *testing.T, method, url, body string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// TestServeDrivesOrdersOverHTTP: serve creates and places an order over HTTP,
+// writing its event to the outbox, and consumes stock's answer from order.events:
+// the confirmation moves the order to confirmed and writes order.order.confirmed.v1.
 func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 	t.Parallel()
 	pool, url := testkit.NewDatabase(t, migrations.Schema)
-	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url})
+	amqpURL := testkit.NewVhost(t)
+	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url, "AMQP_URL": amqpURL})
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if status, body := call(t, http.MethodGet, base+path, ""); status != http.StatusOK {
@@ -172,6 +181,29 @@ func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 	status, body = call(t, http.MethodGet, base+"/metrics", "")
 	if status != http.StatusOK || !strings.Contains(string(body), `http_requests_total{method="POST",route="/orders/{id}/place",status="200"} 1`) {
 		t.Fatalf("metrics = %d, lacking the place request:\n%s", status, body)
+	}
+
+	answer, err := contracts.NewEnvelope(contracts.EventStockReservationConfirmed, contracts.ProducerStock, o.ID,
+		contracts.StockReservationConfirmed{OrderID: uuid.MustParse(o.ID), OrderVersion: 2,
+			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "2.000"}}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	servetest.Publish(t, amqpURL, answer)
+	for deadline := time.Now().Add(60 * time.Second); o.Status != "confirmed"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("order %s still %s 60 s after stock's confirmation:\n%s", o.ID, o.Status, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+		status, body = call(t, http.MethodGet, base+"/orders/"+o.ID, "")
+		if err := json.Unmarshal(body, &o); status != http.StatusOK || err != nil {
+			t.Fatalf("get = %d %s", status, body)
+		}
+	}
+	var confirmed int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE event_name = $1`,
+		contracts.EventOrderConfirmed).Scan(&confirmed); err != nil || confirmed != 1 || o.Version != 3 {
+		t.Fatalf("confirmed order v%d with %d %s outbox rows (%v), want v3 and 1", o.Version, confirmed, contracts.EventOrderConfirmed, err)
 	}
 
 	if err := stop(); err != nil {
@@ -276,13 +308,13 @@ func TestServeNamesMigrateOnAMissingDatabase(t *testing.T) {
 	if err := pg.EnsureDatabase(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
-	waitLog("lacks the tables orders, outbox, processed_event: run `order migrate`")
+	waitLog("lacks the tables processed_event: run `order migrate`")
 	if err := run(context.Background(), []string{"order", "migrate"}, env(map[string]string{"ORDER_DATABASE_URL": url}), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(`"msg":"order service ready"`)
-	if !strings.Contains(logs.String(), `"service":"order-api"`) {
-		t.Errorf("serve's lines lack service order-api:\n%s", logs)
+	waitLog(`"msg":"connected"`)
+	if !strings.Contains(logs.String(), `"service":"order"`) {
+		t.Errorf("serve's lines lack service order:\n%s", logs)
 	}
 }
 
@@ -374,7 +406,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestConfigDefaultsAndMasking(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Load(env(nil), loadServeConfig)
+	cfg, err := config.Load(env(nil), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +414,7 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 		cfg.LogLevel != slog.LevelInfo || cfg.MigrateOnStart {
 		t.Errorf("defaults = %+v", cfg)
 	}
-	cfg, err = config.Load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), loadServeConfig)
+	cfg, err = config.Load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), service.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,13 @@ func (s *Store) UpdateInTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func
 	return Tx{s: s, tx: tx}.Update(ctx, id, fn)
 }
 
+// UpdateInTx returns Store.UpdateInTx for a consumer registered before any pool
+// exists (the inbox's handlers, events.Register): it works only in the caller's
+// transaction and writes the events through w.
+func UpdateInTx(w *outbox.Writer) func(ctx context.Context, tx pgx.Tx, id uuid.UUID, fn func(*order.Order) error) error {
+	return (&Store{outbox: w}).UpdateInTx
+}
+
 // Update is Store.Update in t's transaction.
 func (t Tx) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) error) error {
 	if err := t.update(ctx, id, fn); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"example.com/shop/platform/consumerapp"
 	"example.com/shop/services/shipping/internal/events"
+	"example.com/shop/services/shipping/migrations"
 )
 
 // service names shipping to the platform and sets the defaults of its variables
@@ -20,5 +21,6 @@ var service = consumerapp.Service{
 	HTTPAddr:    ":8083",
 	Workers:     8,
 	InboxGroup:  1,
+	Schema:      migrations.Schema,
 	Stale:       events.Stale,
 }

@@ -15,7 +15,6 @@ import (
 	"example.com/shop/services/shipping/internal/api"
 	"example.com/shop/services/shipping/internal/events"
 	"example.com/shop/services/shipping/internal/store"
-	"example.com/shop/services/shipping/migrations"
 )
 
 // name is the service's name: its binary, its inbox consumer (contracts.ConsumerShipping)
@@ -34,7 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Summary: "keeps each order's status and shipment from the order events on " + contracts.QueueShipping,
 		Commands: []cli.Command{
 			service.ServeCommand(getenv, stderr, events.Register, routes),
-			service.MigrateCommand(migrations.Schema, getenv, stderr),
+			service.MigrateCommand(getenv, stderr),
 			service.PurgeInboxCommand(getenv, stdout),
 			service.DLQCommand(getenv, stdout, stderr),
 		},

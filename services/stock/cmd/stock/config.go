@@ -2,7 +2,9 @@ package main
 
 import (
 	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/producerapp"
 	"example.com/shop/services/stock/internal/events"
+	"example.com/shop/services/stock/migrations"
 )
 
 // service names stock to the platform and sets the defaults of its variables
@@ -11,6 +13,8 @@ import (
 // own variables start with STOCK_ (STOCK_DATABASE_URL, STOCK_WORKERS,
 // STOCK_PREFETCH, STOCK_INBOX_GROUP, STOCK_INBOX_TX, STOCK_MAX_ATTEMPTS,
 // STOCK_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
+// relay, purge-outbox and replay-outbox read producer's configuration
+// (producerapp.RelayConfig, producerapp.ToolConfig), STOCK_DATABASE_URL included.
 // The defaults: the local stock database, HTTP on :8082, 256 workers, inbox group
 // 128 (group commit on: one WAL flush and a few statements commit many
 // reservations; many workers let the groups fill, docs/performance.md).
@@ -21,5 +25,16 @@ var service = consumerapp.Service{
 	HTTPAddr:    ":8082",
 	Workers:     256,
 	InboxGroup:  128,
+	Schema:      migrations.Schema,
 	Stale:       events.Stale,
+}
+
+// producer mounts the outbox's commands, relay, purge-outbox and replay-outbox,
+// for the stock database, which holds stock's answers (package producerapp); the
+// relay's health and metrics are on :8087 by default.
+var producer = producerapp.Service{
+	Name:          name,
+	EnvPrefix:     service.EnvPrefix,
+	DatabaseURL:   service.DatabaseURL,
+	RelayHTTPAddr: ":8087",
 }

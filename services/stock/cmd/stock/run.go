@@ -17,7 +17,6 @@ import (
 	"example.com/shop/services/stock/internal/api"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/internal/store"
-	"example.com/shop/services/stock/migrations"
 )
 
 // name is the service's name: its binary, its inbox consumer (contracts.ConsumerStock)
@@ -28,7 +27,8 @@ const name = events.Consumer
 // output goes to stdout and JSON logs to stderr. It returns when the command is done
 // or, for serve, once ctx ends and everything has shut down; a *cli.UsageError for a
 // command line that cannot run. The commands are the platform's (package
-// consumerapp), named after stock; serve runs stock's own event handlers
+// consumerapp for the consumer, producerapp for the producer), named after stock;
+// serve runs stock's own event handlers
 // (events.Register, writing stock's answers to its outbox) and routes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	validator, err := contracts.NewValidator()
@@ -37,15 +37,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	answers := outbox.NewWriter(validator, contracts.ProducerStock)
 	handlers := func(ib *inbox.Inbox, logger *slog.Logger) { events.Register(ib, answers, logger) }
+	commands := []cli.Command{
+		service.ServeCommand(getenv, stderr, handlers, routes),
+		service.MigrateCommand(getenv, stderr),
+		service.PurgeInboxCommand(getenv, stdout),
+		service.DLQCommand(getenv, stdout, stderr),
+	}
 	return cli.Program{
-		Name:    name,
-		Summary: "reserves stock for placed orders from the order events on " + contracts.QueueStock,
-		Commands: []cli.Command{
-			service.ServeCommand(getenv, stderr, handlers, routes),
-			service.MigrateCommand(migrations.Schema, getenv, stderr),
-			service.PurgeInboxCommand(getenv, stdout),
-			service.DLQCommand(getenv, stdout, stderr),
-		},
+		Name: name,
+		Summary: "reserves stock for placed orders from the order events on " + contracts.QueueStock +
+			", and publishes its answers through its outbox and relay",
+		Commands: append(commands, producer.Commands(getenv, stdout, stderr)...),
 	}.Run(ctx, args, stdout)
 }
 
