@@ -64,12 +64,12 @@ type shop struct {
 	api     *system.Client
 	dbs     check.DBs
 	amqpURL string
-	crashMu sync.Mutex // one crash and restart at a time
+	crashMu *sync.Mutex // one crash and restart at a time (shared by the copies of shop.on)
 }
 
 // options change how newShop starts the system.
 type options struct {
-	env     map[string][]string // extra KEY=VALUE per process name ("order", "order-relay", "stock", "shipping", "auditor", "" for all)
+	env     map[string][]string // extra KEY=VALUE per process name ("order", "order-relay", "stock", "stock-relay", "shipping", "auditor", "" for all)
 	auditor bool                // run `auditor serve` too
 }
 
@@ -81,6 +81,8 @@ func fastRetries() []string {
 		"STOCK_RETRY_DELAYS=50ms,100ms,200ms",
 		"SHIPPING_MAX_ATTEMPTS=4",
 		"SHIPPING_RETRY_DELAYS=50ms,100ms,200ms",
+		"ORDER_MAX_ATTEMPTS=4",
+		"ORDER_RETRY_DELAYS=50ms,100ms,200ms",
 		"RELAY_POLL_INTERVAL=200ms",
 	}
 }
@@ -140,7 +142,7 @@ func newShop(t *testing.T, opt options) *shop {
 	if err := sys.Start(ctx, settle); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	return &shop{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL}
+	return &shop{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL, crashMu: new(sync.Mutex)}
 }
 
 // stopAndReport stops the processes with stop, fails t for every data race

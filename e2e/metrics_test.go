@@ -44,7 +44,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	o := s.createOrder(ctx, 1)
 	s.place(ctx, o.ID, http.StatusOK)
 	s.waitReserved(ctx, o)
-	s.waitShipping(ctx, o.ID, "placed", 2, "pending")
+	s.waitShipping(ctx, o.ID, "confirmed", 3, "ready")
 
 	exported := map[string]model.MetricType{}
 	for _, p := range s.sys.All() {

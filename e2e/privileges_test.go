@@ -38,18 +38,20 @@ func brokerUsers(t testing.TB) []rabbitadmin.User {
 }
 
 // leastPrivilege returns, per process of system.New, the URLs that run it under its
-// own role and broker user: order serve as order_api, the relay as order_relay and
-// order-relay (which then declares no consumer queue), stock serve as stock_app and
-// stock, shipping serve as shipping_app and shipping. The databases must be migrated
+// own role and broker user: order serve as order_api and order, each relay as
+// <producer>_relay and <producer>-relay (which then declares no consumer queue), stock
+// serve as stock_app and stock, shipping serve as shipping_app and shipping. The databases must be migrated
 // by their owner first (system.Migrate does).
 func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, brokerURLs map[string]string) map[string][]string {
 	t.Helper()
 	testkit.ApplySQLFile(t, rolesSQL)
 	return map[string][]string{
-		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api")},
+		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api"), "AMQP_URL=" + brokerURLs["order"]},
 		"order-relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
 			"AMQP_URL=" + brokerURLs["order-relay"], "RELAY_DECLARE_QUEUES=false"},
-		"stock":    {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
+		"stock": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
+		"stock-relay": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_relay"),
+			"AMQP_URL=" + brokerURLs["stock-relay"], "RELAY_DECLARE_QUEUES=false"},
 		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"]},
 	}
 }

@@ -23,6 +23,28 @@ type Order struct {
 	Status     string `json:"status"`
 	Version    int    `json:"version"`
 	Lines      []Line `json:"lines"`
+	// Rejection is stock's reason on a rejected order, nil on any other.
+	Rejection *Rejection `json:"rejection,omitempty"`
+}
+
+// Rejection is why stock refused an order: reason insufficient_stock and the
+// lines it could not hold.
+type Rejection struct {
+	Reason string `json:"reason"`
+	Lines  []struct {
+		ProductID string `json:"product_id"`
+		Requested string `json:"requested"`
+		Available string `json:"available"`
+	} `json:"lines"`
+}
+
+// ProductStock is the stock API's view of a tracked product: decimal strings
+// with three fraction digits.
+type ProductStock struct {
+	ProductID string `json:"product_id"`
+	OnHand    string `json:"on_hand"`
+	Reserved  string `json:"reserved"`
+	Available string `json:"available"`
 }
 
 // Reservation is the stock API's view of one reserved line.
@@ -107,6 +129,27 @@ func (c *Client) Reservations(ctx context.Context, orderID string) ([]Reservatio
 		err = fmt.Errorf("reservations: status %d", status)
 	}
 	return rs, err
+}
+
+// SetStock puts a product's on-hand quantity (PUT /products/{id}/stock), which
+// makes the product tracked; it returns the product's stock when the API answers
+// 200, else an error with the status.
+func (c *Client) SetStock(ctx context.Context, productID, onHand string) (ProductStock, error) {
+	var ps ProductStock
+	body, _ := json.Marshal(map[string]string{"on_hand": onHand})
+	status, err := c.do(ctx, http.MethodPut, c.sys.Stock.Addr, "/products/"+productID+"/stock", body, &ps)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("set stock of %s: status %d", productID, status)
+	}
+	return ps, err
+}
+
+// Stock gets a product's stock (GET /products/{id}/stock); status 404 means
+// the product is untracked.
+func (c *Client) Stock(ctx context.Context, productID string) (ProductStock, int, error) {
+	var ps ProductStock
+	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/products/"+productID+"/stock", nil, &ps)
+	return ps, status, err
 }
 
 // OrderStatus gets shipping's copy of an order's status; status 404 means
