@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit"
 )
 
