@@ -75,6 +75,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"ask the auditor: did every published event reach every consumer?", d.audit},
 		{"summary", d.summary},
 	}
+	d.ui.total = len(steps)
 	for _, st := range steps {
 		d.ui.step(st.title)
 		if err := st.fn(ctx); err != nil {
@@ -84,7 +85,7 @@ func (d *demo) run(ctx context.Context) error {
 	if d.s.keep {
 		d.ui.plain("\nkept running (Ctrl-C stops it):")
 		for _, p := range d.sys.All() {
-			d.ui.plain("  %-9s http://%s   (/healthz /readyz /metrics)", p.Name, p.Addr)
+			d.ui.plain("  %-11s http://%s   (/healthz /readyz /metrics)", p.Name, p.Addr)
 		}
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
 		d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
@@ -278,7 +279,7 @@ func (d *demo) start(ctx context.Context) error {
 		return err
 	}
 	for _, p := range d.sys.All() {
-		d.ui.say("%-9s %-8s ready on http://%s", p.Name, p.Args[0], p.Addr)
+		d.ui.say("%-11s %-6s ready on http://%s", p.Name, p.Args[0], p.Addr)
 	}
 	d.ui.say("roles (PostgreSQL+RabbitMQ): %s", d.runsAs())
 	d.ui.say("their logs: %s", filepath.Join(d.s.logDir, "*.log"))

@@ -117,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	d := &demo{s: s, ui: newUI(stdout, 15)}
+	d := &demo{s: s, ui: newUI(stdout, 0)}
 	defer d.stop()
 	return d.run(ctx)
 }
