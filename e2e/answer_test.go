@@ -98,17 +98,14 @@ FROM reservation WHERE product_id = $1 AND status = 'held'`, product, units).Sca
 		t.Errorf("orders %v, rejections %v; want %d confirmed, %d rejected for %s",
 			r.Orders, r.Rejections, units, orders-units, contracts.RejectionInsufficientStock)
 	}
-	ps, code, err := s.api.Stock(ctx, product)
-	if err != nil || code != http.StatusOK || ps.OnHand != "50.000" || ps.Reserved != "50.000" || ps.Available != "0.000" {
-		t.Errorf("product stock = %+v (status %d, err %v), want 50.000 on hand, 50.000 reserved, 0.000 available", ps, code, err)
-	}
+	assertStock(t, ctx, s, product, "50.000", "50.000", "0.000")
 	for _, id := range ids {
 		o, _, err := s.api.Order(ctx, id)
 		if err != nil || o.Status != "rejected" {
 			continue
 		}
 		if o.Rejection == nil || o.Rejection.Reason != contracts.RejectionInsufficientStock || len(o.Rejection.Lines) != 1 ||
-			o.Rejection.Lines[0].ProductID != product || normQty(o.Rejection.Lines[0].Requested) != "1" || normQty(o.Rejection.Lines[0].Available) != "0" {
+			o.Rejection.Lines[0].ProductID.String() != product || normQty(o.Rejection.Lines[0].Requested) != "1" || normQty(o.Rejection.Lines[0].Available) != "0" {
 			t.Errorf("rejected order %s: rejection %+v, want %s for 1 of %s with 0 available", id, o.Rejection, contracts.RejectionInsufficientStock, product)
 		}
 		break
@@ -245,7 +242,7 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, id, contracts.
 		s.cancel(ctx, first, http.StatusOK)
 		s.endsCancelled(ctx, first, contracts.EventStockReservationConfirmed)
 		eventually(t, "the unit released", func() string {
-			if ps, _, err := s.api.Stock(ctx, one); err != nil || ps.Available != "1.000" {
+			if ps, err := s.api.Stock(ctx, one); err != nil || ps.Available != "1.000" {
 				return fmt.Sprintf("stock %+v (err %v), want 1.000 available", ps, err)
 			}
 			return ""
@@ -286,7 +283,7 @@ func (s *shop) restart(ctx context.Context, p *system.Process) {
 func (s *shop) trackedProduct(ctx context.Context, onHand string) string {
 	s.t.Helper()
 	id := uuid.NewString()
-	if _, err := s.api.SetStock(ctx, id, onHand); err != nil {
+	if err := s.api.PutStock(ctx, id, onHand); err != nil {
 		s.t.Fatal(err)
 	}
 	return id

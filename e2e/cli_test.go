@@ -13,8 +13,10 @@ import (
 // commands lists each binary's subcommands with a variable each one reads (DESIGN's
 // public contract).
 var commands = map[string]map[string]string{
-	"order":    {"serve": "ORDER_DATABASE_URL", "relay": "RELAY_BATCH_SIZE", "migrate": "ORDER_DATABASE_URL", "purge-outbox": "ORDER_DATABASE_URL", "replay-outbox": "OUTBOX_REPLAY_HORIZON"},
-	"stock":    {"serve": "STOCK_WORKERS", "migrate": "STOCK_DATABASE_URL", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL"},
+	"order": {"serve": "ORDER_WORKERS", "relay": "RELAY_BATCH_SIZE", "migrate": "ORDER_DATABASE_URL", "purge-outbox": "ORDER_DATABASE_URL",
+		"replay-outbox": "OUTBOX_REPLAY_HORIZON", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL"},
+	"stock": {"serve": "STOCK_WORKERS", "migrate": "STOCK_DATABASE_URL", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL",
+		"relay": "RELAY_BATCH_SIZE", "purge-outbox": "STOCK_DATABASE_URL", "replay-outbox": "OUTBOX_REPLAY_HORIZON"},
 	"shipping": {"serve": "SHIPPING_WORKERS", "migrate": "SHIPPING_DATABASE_URL", "purge-inbox": "INBOX_MIN_RETENTION", "dlq": "AMQP_URL"},
 	"auditor":  {"serve": "AUDIT_INTERVAL"},
 }

@@ -80,8 +80,8 @@ func TestComposeFile(t *testing.T) {
 	}
 
 	subcommands := map[string][]string{
-		"order":    {"serve", "relay", "migrate", "purge-outbox"},
-		"stock":    {"serve", "migrate", "purge-inbox", "dlq"},
+		"order":    {"serve", "relay", "migrate", "purge-outbox", "purge-inbox", "dlq"},
+		"stock":    {"serve", "relay", "migrate", "purge-inbox", "dlq", "purge-outbox"},
 		"shipping": {"serve", "migrate", "purge-inbox", "dlq"},
 		"auditor":  {"serve"},
 	}
@@ -91,7 +91,7 @@ func TestComposeFile(t *testing.T) {
 				"AMQP_URL", "AUDITOR_STOCK_METRICS_URL", "AUDITOR_SHIPPING_METRICS_URL"}
 		}
 		db := strings.ToUpper(prog) + "_DATABASE_URL"
-		if (prog == "order" && sub == "relay") || (prog != "order" && (sub == "serve" || sub == "dlq")) {
+		if sub == "relay" || sub == "serve" || sub == "dlq" {
 			return []string{db, "AMQP_URL"}
 		}
 		return []string{db}
@@ -141,7 +141,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("service %s (image %q) runs %q: not a shop binary this test knows", name, image, cmd)
 		}
 	}
-	for _, want := range []string{"order migrate", "order serve", "order relay", "stock migrate", "stock serve", "shipping migrate", "shipping serve", "auditor serve", "demo"} {
+	for _, want := range []string{"order migrate", "order serve", "order relay", "stock migrate", "stock serve", "stock relay", "shipping migrate", "shipping serve", "auditor serve", "demo"} {
 		if !seen[want] {
 			t.Errorf("no service runs %q", want)
 		}

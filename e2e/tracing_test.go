@@ -119,7 +119,7 @@ func TestOneTraceFromTheAPICallToEveryConsumer(t *testing.T) {
 			t.Errorf("span %q: service %q kind %v parent %s, want %q %v %s", sp.name, sp.service, sp.kind, sp.parentID, service, kind, parent)
 		}
 	}
-	check(api, "order-api", tracepb.Span_SPAN_KIND_SERVER, callerSpan)
+	check(api, "order", tracepb.Span_SPAN_KIND_SERVER, callerSpan)
 	if api.attrs["http.response.header.x-request-id"] != requestID || api.attrs["http.route"] != "/orders/{id}/place" {
 		t.Errorf("API span attributes %v, want the request id and the route", api.attrs)
 	}

@@ -34,6 +34,13 @@ type Service struct {
 	// Schema is the service's database schema, the platform's sets it uses, then its
 	// own: `migrate` applies it, and so does serve first when MIGRATE_ON_START is true.
 	Schema migrate.Schema
+	// ServesWithoutBroker says the service's HTTP API needs only its database (order's
+	// accepts orders into its outbox while the broker is away, rule 1): serve answers
+	// its routes once the database is connected, /readyz checks the database alone,
+	// and the consumer connects and consumes behind it; a broker outage then shows in
+	// the amqp_* metrics and the logs, not in readiness. False: the routes wait for
+	// the broker too, and /readyz checks it.
+	ServesWithoutBroker bool
 	// Stale, when set, is the service's own word on whether a dead-lettered event
 	// has been overtaken by its state (its order_status version): `dlq replay`
 	// reports such an event as "stale: will change nothing".

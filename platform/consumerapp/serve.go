@@ -55,16 +55,20 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 // HTTP server, listening first and answering /healthz, /metrics and /readyz (503
 // until PostgreSQL and the broker are connected) and a 503 problem on every other
 // path; with MIGRATE_ON_START, Service.Schema applied, retried while the server
-// does not answer (pg.Retry); the database, waited for with pg.WaitPool, and the broker, dialled twice
-// with backoff (one connection consumes, the other publishes retry and dead-letter
-// copies, so that a broker blocking publishers never stalls the acks), each
-// declaring the service's topology (deps.connect); the inbox with the service's
-// handlers (docs/architecture.md rule 3); the consumer (deps.consume); the
-// service's routes; then consuming until ctx ends, and the shutdown bounded by the
-// consumer's and the server's timeouts.
+// does not answer (pg.Retry); the database, waited for with pg.WaitPool
+// (deps.connectDatabase), and the broker, dialled twice with backoff (one
+// connection consumes, the other publishes retry and dead-letter copies, so that
+// a broker blocking publishers never stalls the acks), each declaring the
+// service's topology (deps.connectBroker); the inbox with the service's handlers
+// (docs/architecture.md rule 3); the consumer (deps.consume); the service's
+// routes; then consuming until ctx ends, and the shutdown bounded by the
+// consumer's and the server's timeouts. With Service.ServesWithoutBroker the
+// routes come right after the database, and the broker, the inbox and the
+// consumer follow behind them.
 //
 // /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and
-// not blocked) and "consumer" (subscribed, not paused). While the database or the
+// not blocked) and "consumer" (subscribed, not paused); with
+// Service.ServesWithoutBroker, "postgres" alone. While the database or the
 // retry path is unavailable the consumer pauses and resumes once both answer.
 //
 // It returns nil after a clean shutdown, also when ctx ends while it still waits
@@ -93,6 +97,9 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 
 	reg := metrics.NewRegistry()
 	checks := deps.checks()
+	if s.ServesWithoutBroker {
+		checks = checks[:1] // postgres
+	}
 	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to its dependencies yet", checks...)
 	if err != nil {
 		return err
@@ -105,19 +112,44 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 				return nil, err
 			}
 		}
-		pool, err := deps.connect(ctx, logger, reg)
+		pool, err := deps.connectDatabase(ctx, logger)
 		if err != nil {
 			return nil, err
 		}
-		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
-		handlers(ib, logger)
-		if err := deps.consume(ib, logger, reg); err != nil {
+		// consume connects the broker, subscribes the inbox with the service's
+		// handlers and returns the consuming loop.
+		consume := func(ctx context.Context) (func(context.Context) error, error) {
+			if err := deps.connectBroker(ctx, logger, reg); err != nil {
+				return nil, err
+			}
+			ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+			handlers(ib, logger)
+			if err := deps.consume(ib, logger, reg); err != nil {
+				return nil, err
+			}
+			logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
+				slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
+			return deps.run, nil // consume until ctx ends
+		}
+		if s.ServesWithoutBroker {
+			srv.Ready(routes(pool, logger, reg, checks))
+			return func(ctx context.Context) error {
+				run, err := consume(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil // stopped while connecting: a clean shutdown
+					}
+					return err
+				}
+				return run(ctx)
+			}, nil
+		}
+		run, err := consume(ctx)
+		if err != nil {
 			return nil, err
 		}
 		srv.Ready(routes(pool, logger, reg, checks))
-		logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
-			slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
-		return deps.run, nil // consume until ctx ends
+		return run, nil
 	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
@@ -166,32 +198,38 @@ func (d *deps) checks() []httpx.Check {
 	}
 }
 
-// connect waits for the database with pg.WaitPool (PoolSize connections unless the
-// URL sets pool_max_conns; the processed_event table created by `<name> migrate`),
-// then dials the broker twice with backoff, each connection declaring the
-// service's topology; only the consuming one declares it again every
-// AMQP_REDECLARE_INTERVAL. It returns the pool; it returns ctx's error when ctx
-// ends first, and a wrapped error for a dependency that refuses for good.
-func (d *deps) connect(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) (*pgxpool.Pool, error) {
+// connectDatabase waits for the database with pg.WaitPool (PoolSize connections
+// unless the URL sets pool_max_conns; the processed_event table created by
+// `<name> migrate`) and returns the pool; it returns ctx's error when ctx ends
+// first, and a wrapped error for a database that refuses for good.
+func (d *deps) connectDatabase(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, error) {
 	p, err := pg.WaitPool(ctx, pg.WithPoolSize(d.cfg.DatabaseURL, d.cfg.PoolSize()), logger,
 		pg.CreatedBy(d.svc.Name+" migrate"), pg.RequireTables("processed_event"))
 	if err != nil {
 		return nil, err
 	}
 	d.pool.Store(p)
+	return p, nil
+}
+
+// connectBroker dials the broker twice with backoff, each connection declaring the
+// service's topology; only the consuming one declares it again every
+// AMQP_REDECLARE_INTERVAL. It returns ctx's error when ctx ends first, and a
+// wrapped error for a broker that refuses for good.
+func (d *deps) connectBroker(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) error {
 	conn, err := amqp.DialOptions(ctx, d.cfg.AMQPURL, d.topology, logger,
 		amqp.Options{Name: d.svc.Name, Registerer: reg, RedeclareInterval: d.cfg.RedeclareInterval})
 	if err != nil {
-		return nil, fmt.Errorf("connect to the broker: %w", err)
+		return fmt.Errorf("connect to the broker: %w", err)
 	}
 	d.broker.Store(conn)
 	retryConn, err := amqp.DialOptions(ctx, d.cfg.AMQPURL, d.topology, logger,
 		amqp.Options{Name: d.svc.Name + "-retry", Registerer: reg, RedeclareInterval: -1})
 	if err != nil {
-		return nil, fmt.Errorf("connect to the broker for retries: %w", err)
+		return fmt.Errorf("connect to the broker for retries: %w", err)
 	}
 	d.retry.Store(retryConn)
-	return p, nil
+	return nil
 }
 
 // consume subscribes ib to the service's queue after connect: <P>WORKERS

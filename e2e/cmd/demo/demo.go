@@ -546,7 +546,7 @@ func (d *demo) cancel(ctx context.Context) error {
 
 // productStock says a product's stock in one line.
 func (d *demo) productStock(ctx context.Context, id string) string {
-	ps, _, err := d.api.Stock(ctx, id)
+	ps, err := d.api.Stock(ctx, id)
 	if err != nil {
 		return err.Error()
 	}
@@ -572,7 +572,7 @@ func (d *demo) answered(ctx context.Context, id string) (system.Order, error) {
 func (d *demo) race(ctx context.Context) error {
 	const units, orders = 5, 12
 	d.raceProduct = uuid.NewString()
-	if _, err := d.api.SetStock(ctx, d.raceProduct, fmt.Sprintf("%d", units)); err != nil {
+	if err := d.api.PutStock(ctx, d.raceProduct, fmt.Sprintf("%d", units)); err != nil {
 		return err
 	}
 	d.ui.say(`PUT /products/%s/stock {"on_hand": "%d"} -> %s`, short(d.raceProduct), units, d.productStock(ctx, d.raceProduct))
@@ -619,7 +619,7 @@ func (d *demo) race(ctx context.Context) error {
 		if r := got.Rejection; r != nil {
 			why = r.Reason
 			for _, l := range r.Lines {
-				why += fmt.Sprintf(" (product %s: requested %s, available %s)", short(l.ProductID), l.Requested, l.Available)
+				why += fmt.Sprintf(" (product %s: requested %s, available %s)", short(l.ProductID.String()), l.Requested, l.Available)
 			}
 		}
 		d.ui.say("  order %s rejected v%d: %s", short(o.ID), got.Version, why)
@@ -654,7 +654,7 @@ func (d *demo) release(ctx context.Context) error {
 	}
 	d.ui.say("POST /orders/%s/cancel -> %d, order %s v%d", short(winner), st, got.Status, got.Version)
 	if err := waitFor(ctx, "the unit released", func() string {
-		if ps, _, err := d.api.Stock(ctx, d.raceProduct); err != nil || ps.Available != "1.000" {
+		if ps, err := d.api.Stock(ctx, d.raceProduct); err != nil || ps.Available != "1.000" {
 			return fmt.Sprintf("%+v %v", ps, err)
 		}
 		return ""

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"example.com/shop/contracts"
 )
 
 // Line is one order line as the order API shows it.
@@ -23,28 +25,8 @@ type Order struct {
 	Status     string `json:"status"`
 	Version    int    `json:"version"`
 	Lines      []Line `json:"lines"`
-	// Rejection is stock's reason on a rejected order, nil on any other.
-	Rejection *Rejection `json:"rejection,omitempty"`
-}
-
-// Rejection is why stock refused an order: reason insufficient_stock and the
-// lines it could not hold.
-type Rejection struct {
-	Reason string `json:"reason"`
-	Lines  []struct {
-		ProductID string `json:"product_id"`
-		Requested string `json:"requested"`
-		Available string `json:"available"`
-	} `json:"lines"`
-}
-
-// ProductStock is the stock API's view of a tracked product: decimal strings
-// with three fraction digits.
-type ProductStock struct {
-	ProductID string `json:"product_id"`
-	OnHand    string `json:"on_hand"`
-	Reserved  string `json:"reserved"`
-	Available string `json:"available"`
+	// Rejection is stock's reason, on a rejected order only.
+	Rejection *contracts.Rejection `json:"rejection,omitempty"`
 }
 
 // Reservation is the stock API's view of one reserved line.
@@ -121,6 +103,36 @@ func (c *Client) Order(ctx context.Context, id string) (Order, int, error) {
 	return o, status, err
 }
 
+// PutStock sets the on-hand quantity of a product in stock (a decimal string such
+// as "1.000"), which makes it tracked; an answer other than 200 is an error.
+func (c *Client) PutStock(ctx context.Context, productID, onHand string) error {
+	body, _ := json.Marshal(map[string]string{"on_hand": onHand})
+	status, err := c.do(ctx, http.MethodPut, c.sys.Stock.Addr, "/products/"+productID+"/stock", body, nil)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("put stock of %s: status %d", productID, status)
+	}
+	return err
+}
+
+// Stock is the stock API's view of a tracked product's quantities, decimal strings
+// with three fraction digits.
+type Stock struct {
+	ProductID string `json:"product_id"`
+	OnHand    string `json:"on_hand"`
+	Reserved  string `json:"reserved"`
+	Available string `json:"available"`
+}
+
+// Stock gets /products/{id}/stock; an answer other than 200 (404: untracked) is an error.
+func (c *Client) Stock(ctx context.Context, productID string) (Stock, error) {
+	var st Stock
+	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/products/"+productID+"/stock", nil, &st)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("stock of %s: status %d", productID, status)
+	}
+	return st, err
+}
+
 // Reservations gets stock's reservations of one order, held and released.
 func (c *Client) Reservations(ctx context.Context, orderID string) ([]Reservation, error) {
 	var rs []Reservation
@@ -129,27 +141,6 @@ func (c *Client) Reservations(ctx context.Context, orderID string) ([]Reservatio
 		err = fmt.Errorf("reservations: status %d", status)
 	}
 	return rs, err
-}
-
-// SetStock puts a product's on-hand quantity (PUT /products/{id}/stock), which
-// makes the product tracked; it returns the product's stock when the API answers
-// 200, else an error with the status.
-func (c *Client) SetStock(ctx context.Context, productID, onHand string) (ProductStock, error) {
-	var ps ProductStock
-	body, _ := json.Marshal(map[string]string{"on_hand": onHand})
-	status, err := c.do(ctx, http.MethodPut, c.sys.Stock.Addr, "/products/"+productID+"/stock", body, &ps)
-	if err == nil && status != http.StatusOK {
-		err = fmt.Errorf("set stock of %s: status %d", productID, status)
-	}
-	return ps, err
-}
-
-// Stock gets a product's stock (GET /products/{id}/stock); status 404 means
-// the product is untracked.
-func (c *Client) Stock(ctx context.Context, productID string) (ProductStock, int, error) {
-	var ps ProductStock
-	status, err := c.do(ctx, http.MethodGet, c.sys.Stock.Addr, "/products/"+productID+"/stock", nil, &ps)
-	return ps, status, err
 }
 
 // OrderStatus gets shipping's copy of an order's status; status 404 means

@@ -15,7 +15,7 @@ import (
 // to be given on another vhost. Their password is their name (local servers only).
 // It fails when the file is unreadable or its users are not exactly those of the
 // registry: "<producer>-relay" for each producer (RelayName) and one per consumer
-// (order-relay, stock and shipping).
+// (order-relay, stock-relay, stock, shipping and order).
 func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -19,15 +19,19 @@ const name = events.Consumer
 // ORDER_PREFETCH, ORDER_INBOX_GROUP, ORDER_INBOX_TX, ORDER_MAX_ATTEMPTS,
 // ORDER_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
 // The defaults: the local orders database, HTTP on :8081, 8 workers, inbox group 1
-// (group commit off: stock's answers arrive at the pace of the orders placed).
+// (group commit off: stock's answers arrive at the pace of the orders placed). The
+// API needs only the database (ServesWithoutBroker): orders are taken into the
+// outbox while the broker is away (docs/architecture.md rule 1), and /readyz does
+// not fail with the broker.
 var service = consumerapp.Service{
-	Name:        name,
-	EnvPrefix:   "ORDER_",
-	DatabaseURL: "postgres://postgres@localhost:5432/orders?sslmode=disable",
-	HTTPAddr:    ":8081",
-	Workers:     8,
-	InboxGroup:  1,
-	Schema:      migrations.Schema,
+	Name:                name,
+	EnvPrefix:           "ORDER_",
+	DatabaseURL:         "postgres://postgres@localhost:5432/orders?sslmode=disable",
+	HTTPAddr:            ":8081",
+	Workers:             8,
+	InboxGroup:          1,
+	Schema:              migrations.Schema,
+	ServesWithoutBroker: true,
 }
 
 // producer mounts the outbox's commands, relay, purge-outbox and replay-outbox,

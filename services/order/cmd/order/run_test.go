@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
@@ -422,5 +423,60 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("starting", slog.Any("config", cfg))
 	if strings.Contains(logs.String(), "s3cret") || !strings.Contains(logs.String(), "db:5432") {
 		t.Errorf("logged config = %s, want the password masked", logs.String())
+	}
+}
+
+// TestPurgeInboxKeepsTheIdempotencyKeys: `order purge-inbox` deletes only the keys of
+// order's consumer (stock's answers); the API's Idempotency-Keys, kept in the same
+// table under consumer order-api, are purge-outbox's to delete with the outbox.
+func TestPurgeInboxKeepsTheIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, processed_at) VALUES
+       ('order', 'answer', now() - interval '800 hours'), ('order-api', 'create 1', now() - interval '800 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"order", "purge-inbox", "--older-than", "720h"}, env(map[string]string{"ORDER_DATABASE_URL": url}), &out, io.Discard); err != nil {
+		t.Fatalf("purge-inbox: %v", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT consumer FROM processed_event ORDER BY consumer`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(left) != 1 || left[0] != "order-api" || !strings.Contains(out.String(), "purged 1 ") {
+		t.Errorf("after purge-inbox: consumers %v (%v), output %q; want only order-api's key left, 1 purged", left, err, out.String())
+	}
+}
+
+// TestServeTakesOrdersWithoutTheBroker: with the broker unreachable serve is ready
+// on its database alone and places orders into the outbox (docs/architecture.md
+// rule 1); the consumer keeps dialling behind the API, and serve stops cleanly.
+func TestServeTakesOrdersWithoutTheBroker(t *testing.T) {
+	t.Parallel()
+	pool, url := testkit.NewDatabase(t, migrations.Schema)
+	base, logs, stop := startServe(t, map[string]string{"ORDER_DATABASE_URL": url, "AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"})
+	status, body := call(t, http.MethodPost, base+"/orders",
+		`{"customer_id":"`+uuid.NewString()+`","lines":[{"product_id":"`+uuid.NewString()+`","quantity":"1"}]}`)
+	var o struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &o); status != http.StatusCreated || err != nil {
+		t.Fatalf("create = %d %s", status, body)
+	}
+	if status, body := call(t, http.MethodPost, base+"/orders/"+o.ID+"/place", ""); status != http.StatusOK {
+		t.Fatalf("place = %d %s", status, body)
+	}
+	var rows int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("outbox rows = %d (%v), want 1", rows, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v after shutdown, want nil", err)
+	}
+	if !strings.Contains(logs.String(), "broker") {
+		t.Errorf("serve's logs do not mention the unreachable broker:\n%s", logs)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,7 @@ func TestServe(t *testing.T) {
 				"STOCK_INBOX_GROUP":  group,
 				"STOCK_RETRY_DELAYS": "50ms,100ms",
 			}
-			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":7}`) {
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":9}`) {
 				t.Errorf("migrate said %q", out)
 			}
 			srv := servetest.Start(t, run, "stock", vars)
@@ -157,7 +158,7 @@ func TestMigrate(t *testing.T) {
 	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
 	got := servetest.Migrate(t, run, "stock", vars)
 	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","set":"inbox","version":1,`,
-		`"set":"dead_letter","version":1,`, `"set":"dead_letter","version":2,`, `"set":"stock","version":2,`, `"set":"stock","version":41,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":7}`} {
+		`"set":"dead_letter","version":1,`, `"set":"dead_letter","version":2,`, `"set":"stock","version":2,`, `"set":"stock","version":41,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":9}`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("first migrate logged %s, want %s", got, want)
 		}
@@ -341,5 +342,86 @@ func TestDLQReplayDryRunRunsTheConsumersCheck(t *testing.T) {
 	q, err := ch.QueueDeclarePassive(contracts.QueueStockDLQ, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"})
 	if err != nil || q.Messages != 1 {
 		t.Fatalf("%s holds %d messages (%v), want 1", contracts.QueueStockDLQ, q.Messages, err)
+	}
+}
+
+// TestRelayPublishesTheAnswers: `stock relay` publishes what stock's consumer wrote to
+// its outbox (docs/architecture.md, rule 2): a placed order of an untracked product
+// is answered stock.reservation.confirmed.v1, which reaches order.events with the
+// event id as message id and stock as its CloudEvents source; the relay stops cleanly.
+func TestRelayPublishesTheAnswers(t *testing.T) {
+	t.Parallel()
+	amqpURL := testkit.NewVhost(t)
+	vars := map[string]string{
+		"STOCK_DATABASE_URL":  testkit.EmptyDatabaseURL(t),
+		"AMQP_URL":            amqpURL,
+		"STOCK_WORKERS":       "2",
+		"RELAY_POLL_INTERVAL": "100ms",
+	}
+	servetest.Migrate(t, run, "stock", vars)
+	servetest.Start(t, run, "stock", vars)
+
+	relayVars := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
+	for k, v := range vars {
+		relayVars[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &testkit.Logs{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"stock", "relay"}, env(relayVars), io.Discard, logs) }()
+
+	placed, p := servetest.Placed(t, "1.000")
+	servetest.Publish(t, amqpURL, placed)
+
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d amqp091.Delivery
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		var ok bool
+		// The relay declares order.events (bound to stock's answers) when it starts.
+		if d, ok, err = ch.Get(contracts.QueueOrder, true); err == nil && ok {
+			break
+		}
+		if err != nil { // the queue is not declared yet: the channel closed
+			if ch, err = conn.Channel(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer on %s within 60 s; relay logs:\n%s", contracts.QueueOrder, logs.Tail(8<<10))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var answer struct {
+		EventID string                              `json:"event_id"`
+		Payload contracts.StockReservationConfirmed `json:"payload"`
+	}
+	if err := json.Unmarshal(d.Body, &answer); err != nil {
+		t.Fatal(err)
+	}
+	if d.Type != contracts.EventStockReservationConfirmed || d.MessageId != answer.EventID ||
+		d.Headers["cloudEvents_source"] != "/"+contracts.ProducerStock || answer.Payload.OrderID != p.OrderID {
+		t.Errorf("answer type %q id %q headers %v payload %+v, want %s for order %s from /stock",
+			d.Type, d.MessageId, d.Headers, answer.Payload, contracts.EventStockReservationConfirmed, p.OrderID)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("relay returned %v after shutdown, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop within 30 s")
+	}
+	if l := logs.String(); !strings.Contains(l, `"service":"stock-relay"`) || strings.Contains(l, `"level":"ERROR"`) {
+		t.Errorf("relay logs lack service stock-relay or hold errors:\n%s", logs.Tail(8<<10))
 	}
 }
