@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/testkit"
 )
@@ -139,6 +141,9 @@ FROM reservation WHERE product_id = $1 AND status = 'held'`, product, units).Sca
 //   - cancel and answer at the same moment, ten orders at once;
 //   - cancelled after confirmation: the released units go to a later order;
 //     a rejected order's cancel is 409.
+//
+// Last, the ledger is shown to see each invariant of the answer leg broken by
+// hand.
 func TestCancelCrossesTheAnswer(t *testing.T) {
 	t.Parallel()
 	s := newShop(t, options{})
@@ -254,6 +259,58 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, id, contracts.
 
 	r := s.invariants(ctx)
 	t.Logf("orders %v", r.Orders)
+
+	// The ledger sees each invariant of the answer leg broken by hand, and holds
+	// again once it is undone.
+	t.Run("ledger-sees-breaks", func(t *testing.T) {
+		s := s.on(t)
+		var order, answer, product string
+		if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text FROM orders WHERE status = 'confirmed' LIMIT 1`).Scan(&order); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.dbs.Stock.QueryRow(ctx, `SELECT id::text FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, order).Scan(&answer); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.dbs.Stock.QueryRow(ctx, `SELECT product_id::text FROM reservation WHERE order_id = $1 AND tracked AND status = 'held' LIMIT 1`,
+			order).Scan(&product); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []struct {
+			name        string
+			pool        *pgxpool.Pool
+			break_, fix string
+			want        string
+		}{
+			{"reserved drifts from the held reservations", s.dbs.Stock,
+				`UPDATE product_stock SET reserved = reserved - 1 WHERE product_id = '` + product + `'`,
+				`UPDATE product_stock SET reserved = reserved + 1 WHERE product_id = '` + product + `'`,
+				"reserved is"},
+			{"oversold", s.dbs.Stock,
+				`UPDATE reservation SET quantity = quantity + 1000 WHERE product_id = '` + product + `' AND status = 'held' AND order_id = '` + order + `'`,
+				`UPDATE reservation SET quantity = quantity - 1000 WHERE product_id = '` + product + `' AND status = 'held' AND order_id = '` + order + `'`,
+				"oversold"},
+			{"an answer never consumed by order", s.dbs.Order,
+				`UPDATE processed_event SET message_key = 'x' || message_key WHERE consumer = 'order' AND message_key = '` + answer + `'`,
+				`UPDATE processed_event SET message_key = substr(message_key, 2) WHERE consumer = 'order' AND message_key = 'x` + answer + `'`,
+				"never processed by order"},
+			{"an order left placed", s.dbs.Order,
+				`UPDATE orders SET status = 'placed' WHERE id = '` + order + `'`,
+				`UPDATE orders SET status = 'confirmed' WHERE id = '` + order + `'`,
+				"still placed"},
+		} {
+			if _, err := b.pool.Exec(ctx, b.break_); err != nil {
+				t.Fatalf("%s: %v", b.name, err)
+			}
+			r, err := check.Invariants(ctx, s.dbs)
+			if _, ferr := b.pool.Exec(ctx, b.fix); ferr != nil {
+				t.Fatalf("undo %s: %v", b.name, ferr)
+			}
+			if err != nil || r.OK() || !strings.Contains(r.String(), b.want) {
+				t.Errorf("%s: the ledger says %q (err %v), want a problem with %q", b.name, r, err, b.want)
+			}
+		}
+		s.invariants(ctx)
+	})
 }
 
 // on returns a copy of s that reports to t (a subtest).
