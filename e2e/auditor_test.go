@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit"
 )
 
@@ -114,7 +115,8 @@ func TestAuditorFindsAKeyDeletedByHand(t *testing.T) {
 	o := s.createOrder(ctx, 1)
 	s.place(ctx, o.ID, 200)
 	var eventID string
-	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID).Scan(&eventID); err != nil {
+	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text FROM outbox WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`,
+		o.ID, contracts.EventOrderPlaced).Scan(&eventID); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the audit has checked the event and found it everywhere.

@@ -37,7 +37,8 @@ CREATE TRIGGER fail_one_order BEFORE INSERT OR UPDATE ON order_status FOR EACH R
 	}
 	s.place(ctx, o.ID, 200)
 	var eventID string
-	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID).Scan(&eventID); err != nil {
+	if err := s.dbs.Order.QueryRow(ctx, `SELECT id::text FROM outbox WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`,
+		o.ID, contracts.EventOrderPlaced).Scan(&eventID); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the event dead-lettered after 5 attempts, its copy in stock.events.dlq", func() string {

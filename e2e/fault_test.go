@@ -121,6 +121,9 @@ func TestFaultNetwork(t *testing.T) {
 		{"order-pg", "cut", cut},
 		{"standby-pg", "cut", cut},
 		{"standby-amqp", "timeout", toxic("timeout", map[string]any{"timeout": 0})},
+		{"stock-relay-amqp", "cut", cut},
+		{"stock-relay-pg", "reset_peer", toxic("reset_peer", map[string]any{"timeout": 0})},
+		{"order-amqp", "cut", cut},
 	}
 	var st steps
 	for _, f := range faults {
@@ -222,7 +225,8 @@ func badContent(t *testing.T, r *fault.Rig) {
 	ledger(t, r, nil)
 
 	var name, body string
-	if err := r.DBs.Order.QueryRow(ctx, `SELECT event_name, envelope::text FROM outbox LIMIT 1`).Scan(&name, &body); err != nil {
+	if err := r.DBs.Order.QueryRow(ctx, `SELECT event_name, envelope::text FROM outbox WHERE event_name = $1 LIMIT 1`,
+		contracts.EventOrderPlaced).Scan(&name, &body); err != nil {
 		t.Fatal(err)
 	}
 	withID := func(id string) []byte {
@@ -542,7 +546,10 @@ func frozenLeader(t *testing.T, r *fault.Rig) {
 func signals(sig string, seed uint64) func(t *testing.T, r *fault.Rig) {
 	return func(t *testing.T, r *fault.Rig) {
 		rng := rand.New(rand.NewPCG(seed, uint64(len(sig))))
-		order := []string{"order", "order-relay", "standby", "stock", "shipping"}
+		var order []string
+		for _, p := range r.Sys.All() {
+			order = append(order, p.Name)
+		}
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		delays := make([]time.Duration, len(order))
 		for i := range delays {

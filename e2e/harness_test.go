@@ -64,7 +64,7 @@ type testSystem struct {
 	api     *system.Client
 	dbs     check.DBs
 	amqpURL string
-	crashMu sync.Mutex // one crash and restart at a time
+	crashMu *sync.Mutex // one crash and restart at a time (shared by the copies of shop.on)
 }
 
 // options change how newShop starts the system.
@@ -142,7 +142,7 @@ func newShop(t *testing.T, opt options) *testSystem {
 	if err := sys.Start(ctx, settle); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	return &testSystem{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL}
+	return &testSystem{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL, crashMu: new(sync.Mutex)}
 }
 
 // stopAndReport stops the processes with stop, fails t for every data race

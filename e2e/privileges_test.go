@@ -39,8 +39,8 @@ func brokerUsers(t testing.TB) []rabbitadmin.User {
 
 // leastPrivilege returns, per process of system.New, the URLs that run it under its
 // own role and broker user: order serve as order_api and order, each relay as
-// <producer>_relay and <producer>-relay (which then declares no consumer queue),
-// stock serve as stock_app and stock, shipping serve as shipping_app and shipping. The databases must be migrated
+// <producer>_relay and <producer>-relay (which then declares no consumer queue), stock
+// serve as stock_app and stock, shipping serve as shipping_app and shipping. The databases must be migrated
 // by their owner first (system.Migrate does).
 func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, brokerURLs map[string]string) map[string][]string {
 	t.Helper()
@@ -49,9 +49,9 @@ func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, broker
 		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api"), "AMQP_URL=" + brokerURLs["order"]},
 		"order-relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
 			"AMQP_URL=" + brokerURLs["order-relay"], "RELAY_DECLARE_QUEUES=false"},
+		"stock": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
 		"stock-relay": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_relay"),
 			"AMQP_URL=" + brokerURLs["stock-relay"], "RELAY_DECLARE_QUEUES=false"},
-		"stock":    {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
 		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"]},
 	}
 }

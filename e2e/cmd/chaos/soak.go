@@ -289,10 +289,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	dl := l.OpenDeadLetters[contracts.QueueStockDLQ] + l.OpenDeadLetters[contracts.QueueShippingDLQ]
 	fmt.Fprintf(stdout, "\nledger (seed %d)\n", st.seed)
-	fmt.Fprintf(stdout, "  placed         %d\n  reserved       %d\n  lost           %d\n  doubled        %d\n  duplicates     %d\n  dead-lettered  %d (%d events not delivered)\n  longest stall  %s\n  not ready      %d\n",
-		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates, dl, l.NotDelivered, fmtDur(l.LongestStall), len(l.NotReady))
+	fmt.Fprintf(stdout, "  placed         %d\n  confirmed      %d\n  reserved       %d\n  lost           %d\n  doubled        %d\n  duplicates     %d\n  dead-lettered  %d (%d events not delivered)\n  longest stall  %s\n  not ready      %d\n",
+		l.Placed, l.Confirmed, l.Reserved, l.Lost, l.Doubled, l.Duplicates, l.DeadLetters(), l.NotDelivered, fmtDur(l.LongestStall), len(l.NotReady))
 	fmt.Fprintf(stdout, "summary: %s\n", l)
 	failures := append(l.Failures(nil), s.problems...)
 	if len(failures) > 0 {

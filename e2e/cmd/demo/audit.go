@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,11 +46,15 @@ func (d *demo) consumerCounts(ctx context.Context, p *system.Process) (consumerC
 // reaches an idle worker at once, so no handler running and no counter moving for
 // a second means none is left, and the duplicate counts are final.
 func (d *demo) drain(ctx context.Context) error {
-	queues := []string{contracts.QueueStock, contracts.QueueShipping}
-	for _, delay := range amqp.DefaultRetryDelays() {
-		queues = append(queues, amqp.RetryQueueName(contracts.QueueStock, delay), amqp.RetryQueueName(contracts.QueueShipping, delay))
+	consumers := contracts.Consumers()
+	var queues []string
+	for _, c := range consumers {
+		queues = append(queues, c.Queue)
+		for _, delay := range amqp.DefaultRetryDelays() {
+			queues = append(queues, amqp.RetryQueueName(c.Queue, delay))
+		}
 	}
-	var last [2]consumerCounts
+	last := make([]consumerCounts, len(consumers))
 	stableSince := time.Time{}
 	return waitFor(ctx, "queues drained", func() string {
 		depths, _ := system.QueueDepths(ctx, d.srv.amqpURL, queues...) // missing retry queues are not an error here
@@ -57,30 +62,36 @@ func (d *demo) drain(ctx context.Context) error {
 		for _, n := range depths {
 			ready += n
 		}
-		var now [2]consumerCounts
-		for i, p := range []*system.Process{d.sys.Stock, d.sys.Shipping} {
-			c, err := d.consumerCounts(ctx, p)
+		now := make([]consumerCounts, len(consumers))
+		inFlight := false
+		for i, c := range consumers {
+			cc, err := d.consumerCounts(ctx, d.sys.Process(c.Name))
 			if err != nil {
 				return err.Error()
 			}
-			now[i] = c
+			now[i] = cc
+			inFlight = inFlight || cc.inFlight > 0
 		}
 		switch {
 		case ready > 0:
 			stableSince = time.Time{}
 			return fmt.Sprintf("%d messages ready", ready)
-		case now[0].inFlight > 0 || now[1].inFlight > 0:
+		case inFlight:
 			stableSince = time.Time{}
 			return "deliveries in flight"
-		case now != last || stableSince.IsZero():
+		case !slices.Equal(now, last) || stableSince.IsZero():
 			last, stableSince = now, time.Now()
 			return "counters still moving"
 		case time.Since(stableSince) < time.Second:
 			return "counters still moving"
 		}
-		d.ui.say("stock.events and shipping.events empty, no delivery in flight, counters still for 1 s")
-		d.ui.say("stock processed %.0f deliveries (%.0f duplicates), shipping %.0f (%.0f duplicates)",
-			now[0].processed, now[0].duplicates, now[1].processed, now[1].duplicates)
+		var names, counts []string
+		for i, c := range consumers {
+			names = append(names, c.Queue)
+			counts = append(counts, fmt.Sprintf("%s %.0f deliveries (%.0f duplicates)", c.Name, now[i].processed, now[i].duplicates))
+		}
+		d.ui.say("%s empty, no delivery in flight, counters still for 1 s", strings.Join(names, ", "))
+		d.ui.say("processed: %s", strings.Join(counts, ", "))
 		return ""
 	})
 }
@@ -89,7 +100,7 @@ func (d *demo) drain(ctx context.Context) error {
 // is unaccounted for: it waits until the audit has checked every event the outbox
 // published, then requires unaccounted = 0.
 func (d *demo) audit(ctx context.Context) error {
-	var published int
+	var published int // the auditor walks order's outbox
 	if err := d.dbs.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`).Scan(&published); err != nil {
 		return err
 	}
@@ -107,8 +118,12 @@ func (d *demo) audit(ctx context.Context) error {
 		return err
 	}
 	d.auditReport = r
-	d.ui.say("GET http://%s/audit: %d published events checked, unaccounted: stock %d, shipping %d",
-		d.sys.Auditor.Addr, r.Audited, r.Unaccounted[contracts.ConsumerStock], r.Unaccounted[contracts.ConsumerShipping])
+	var unaccounted []string
+	for _, c := range contracts.Consumers() {
+		unaccounted = append(unaccounted, fmt.Sprintf("%s %d", c.Name, r.Unaccounted[c.Name]))
+	}
+	d.ui.say("GET http://%s/audit: %d published events checked, unaccounted: %s",
+		d.sys.Auditor.Addr, r.Audited, strings.Join(unaccounted, ", "))
 	if r.UnaccountedTotal != 0 {
 		var ids []string
 		for _, e := range r.Events {
@@ -116,7 +131,7 @@ func (d *demo) audit(ctx context.Context) error {
 		}
 		return fmt.Errorf("the auditor finds %d unaccounted events: %s", r.UnaccountedTotal, strings.Join(ids, "; "))
 	}
-	d.ui.say("each has its processed_event key in stock and in shipping, or sits in a dead-letter queue")
+	d.ui.say("each has its processed_event key in every consumer that receives it, or sits in a dead-letter queue")
 	return nil
 }
 

@@ -32,6 +32,9 @@ type demo struct {
 	logs []*os.File
 
 	first        system.Order // the order followed through every table
+	raceProduct  string       // the product of 5 units the race is about
+	raceWinners  []string     // the race's confirmed orders
+	raceLosers   []string     // the race's rejected orders
 	poisonSent   int          // poison messages published (each reaches both DLQs)
 	dupsInjected int          // events republished by hand
 	auditReport  system.AuditReport
@@ -49,7 +52,7 @@ func (d *demo) stop() {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	d.ui.plain("shop demo: order, relay, stock and shipping on real PostgreSQL and RabbitMQ")
+	d.ui.plain("shop demo: order, stock and shipping with their relays on real PostgreSQL and RabbitMQ")
 	steps := []struct {
 		title string
 		fn    func(context.Context) error
@@ -57,11 +60,13 @@ func (d *demo) run(ctx context.Context) error {
 		{"check that PostgreSQL and RabbitMQ answer", d.servers},
 		{"fresh databases and vhost", d.fresh},
 		{"migrate the three databases", d.migrate},
-		{"start order-api, relay, stock, shipping and the auditor", d.start},
-		{"one order, followed through every service", d.oneOrder},
+		{"start order-api, the relays, stock, shipping and the auditor", d.start},
+		{"one order, followed through every service and back", d.oneOrder},
 		{"20 orders placed by 8 clients at once", d.concurrent},
 		{"double click: the same order placed twice at the same moment", d.doubleClick},
-		{"cancel a placed order", d.cancel},
+		{"cancel a confirmed order", d.cancel},
+		{"a product with 5 units: 12 orders race for it", d.race},
+		{"a cancel releases a unit, and a later order gets it", d.release},
 		{"republish an event that was already delivered (a duplicate)", d.duplicate},
 		{"a poison message goes to the dead-letter queues", d.poison},
 		{"relay killed with SIGKILL in the middle of a batch", d.relayCrash},
@@ -70,6 +75,7 @@ func (d *demo) run(ctx context.Context) error {
 		{"ask the auditor: did every published event reach every consumer?", d.audit},
 		{"summary", d.summary},
 	}
+	d.ui.total = len(steps)
 	for _, st := range steps {
 		d.ui.step(st.title)
 		if err := st.fn(ctx); err != nil {
@@ -79,7 +85,7 @@ func (d *demo) run(ctx context.Context) error {
 	if d.s.keep {
 		d.ui.plain("\nkept running (Ctrl-C stops it):")
 		for _, p := range d.sys.All() {
-			d.ui.plain("  %-9s http://%s   (/healthz /readyz /metrics)", p.Name, p.Addr)
+			d.ui.plain("  %-11s http://%s   (/healthz /readyz /metrics)", p.Name, p.Addr)
 		}
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
 		d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
@@ -130,8 +136,11 @@ func (d *demo) fresh(ctx context.Context) error {
 	}
 	d.ui.say("%s", d.srv.vhostNote)
 	if d.srv.amqpURL == d.s.amqpURL {
-		if err := purgeQueues(d.srv.amqpURL, contracts.QueueStock, contracts.QueueShipping,
-			contracts.QueueStockDLQ, contracts.QueueShippingDLQ, contracts.UnroutableQueue); err != nil {
+		queues := []string{contracts.UnroutableQueue}
+		for _, c := range contracts.Consumers() {
+			queues = append(queues, c.Queue, c.DeadLetterQueue)
+		}
+		if err := purgeQueues(d.srv.amqpURL, queues...); err != nil {
 			return err
 		}
 		d.ui.say("purged the demo's queues in that vhost")
@@ -200,25 +209,30 @@ func (d *demo) tracingEnv() []string {
 }
 
 // processEnv runs each process under its own role, as docker-compose.yml and
-// deploy/k8s do: order serve as order_api, the relay as order_relay, stock as
-// stock_app, shipping as shipping_app (the auditor as auditor: AuditorDBURLs);
-// and, in a fresh vhost, the relay, stock and shipping as the broker users
-// order-relay, stock and shipping. The relay may not declare the consumers'
-// queues then: stock and shipping declare them, and start before any order.
+// deploy/k8s do: order serve as order_api, each relay as <producer>_relay, stock
+// as stock_app, shipping as shipping_app (the auditor as auditor: AuditorDBURLs);
+// and, in a fresh vhost, every process as the broker user of its name. The relays
+// may not declare the consumers' queues then: the consumers declare them, and
+// start before any order.
 func (d *demo) processEnv() map[string][]string {
 	env := map[string][]string{
 		"order":       {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_api")},
 		"order-relay": {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_relay")},
 		"stock":       {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_app")},
+		"stock-relay": {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_relay")},
 		"shipping":    {"SHIPPING_DATABASE_URL=" + urlAs(d.srv.shippingURL, "shipping_app")},
 		// A short grace: the demo's events arrive within a second, and its
 		// final question to the auditor should not wait long.
 		"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"},
 	}
 	if u := d.srv.userURLs; u != nil {
-		env["order-relay"] = append(env["order-relay"], "AMQP_URL="+u["order-relay"], "RELAY_DECLARE_QUEUES=false")
-		env["stock"] = append(env["stock"], "AMQP_URL="+u["stock"])
-		env["shipping"] = append(env["shipping"], "AMQP_URL="+u["shipping"])
+		for _, p := range contracts.Producers() {
+			relay := system.RelayName(p.Name)
+			env[relay] = append(env[relay], "AMQP_URL="+u[relay], "RELAY_DECLARE_QUEUES=false")
+		}
+		for _, c := range contracts.Consumers() {
+			env[c.Name] = append(env[c.Name], "AMQP_URL="+u[c.Name])
+		}
 	}
 	return env
 }
@@ -231,15 +245,15 @@ func (d *demo) runsAs() string {
 		}
 		return "+" + user
 	}
-	return "order-api as order_api, relay as order_relay" + broker("order-relay") +
-		", stock as stock_app" + broker("stock") + ", shipping as shipping_app" + broker("shipping") +
-		", auditor as auditor (read-only)"
+	return "order-api as order_api" + broker("order") + ", order-relay as order_relay" + broker("order-relay") +
+		", stock as stock_app" + broker("stock") + ", stock-relay as stock_relay" + broker("stock-relay") +
+		", shipping as shipping_app" + broker("shipping") + ", auditor as auditor (read-only)"
 }
 
 // standardAddrs are the ports the README's examples use.
 var standardAddrs = map[string]string{
 	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "order-relay": "127.0.0.1:8084",
-	"auditor": "127.0.0.1:8085",
+	"auditor": "127.0.0.1:8085", "stock-relay": "127.0.0.1:8087",
 }
 
 // addrs returns the standard ports when the system is kept running and all
@@ -265,7 +279,7 @@ func (d *demo) start(ctx context.Context) error {
 		return err
 	}
 	for _, p := range d.sys.All() {
-		d.ui.say("%-9s %-8s ready on http://%s", p.Name, p.Args[0], p.Addr)
+		d.ui.say("%-11s %-6s ready on http://%s", p.Name, p.Args[0], p.Addr)
 	}
 	d.ui.say("roles (PostgreSQL+RabbitMQ): %s", d.runsAs())
 	d.ui.say("their logs: %s", filepath.Join(d.s.logDir, "*.log"))
@@ -366,17 +380,52 @@ func (d *demo) oneOrder(ctx context.Context) error {
 	if err := d.reservations(ctx, o.ID, 2); err != nil {
 		return err
 	}
-	d.ui.say("stock reserved its 2 lines (GET /reservations?order_id=...)")
-	if err := d.shipping(ctx, o.ID, "placed", 2); err != nil {
+	d.ui.say("stock reserved its 2 lines (GET /reservations?order_id=...); its products are untracked, so always reservable")
+	var answerID, answer string
+	if err := waitFor(ctx, "stock's answer published", func() string {
+		var published bool
+		_ = d.dbs.Stock.QueryRow(ctx, `SELECT id::text, event_name, published_at IS NOT NULL FROM outbox
+WHERE envelope->'payload'->>'order_id' = $1`, o.ID).Scan(&answerID, &answer, &published)
+		if !published {
+			return "not published"
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	d.ui.say("the same transaction wrote stock's answer %s (%s) to stock's outbox; stock-relay published it", short(answerID), answer)
+	got, err := d.order(ctx, o.ID, "confirmed")
+	if err != nil {
+		return err
+	}
+	d.ui.say("order consumed it from %s: GET /orders/%s -> %s v%d (and order.order.confirmed.v1 in its outbox)",
+		contracts.QueueOrder, short(o.ID), got.Status, got.Version)
+	if err := d.shipping(ctx, o.ID, "confirmed", 3); err != nil {
 		return err
 	}
 	sh, _, err := d.api.Shipment(ctx, o.ID)
 	if err != nil {
 		return err
 	}
-	d.ui.say("shipping: order-status placed v2, shipment %s", sh.Status)
+	d.ui.say("shipping: order-status confirmed v3, shipment %s", sh.Status)
 	d.first = o
 	return nil
+}
+
+// order waits until the order API shows order id at status and returns it.
+func (d *demo) order(ctx context.Context, id, status string) (system.Order, error) {
+	var o system.Order
+	err := waitFor(ctx, "order "+id+" "+status, func() string {
+		var err error
+		if o, _, err = d.api.Order(ctx, id); err != nil {
+			return err.Error()
+		}
+		if o.Status != status {
+			return "order is " + o.Status
+		}
+		return ""
+	})
+	return o, err
 }
 
 // placeMany creates and places n orders with the given number of clients,
@@ -425,6 +474,12 @@ func (d *demo) concurrent(ctx context.Context) error {
 		}
 	}
 	d.ui.say("stock reserved all 40 lines")
+	for _, id := range ids {
+		if _, err := d.order(ctx, id, "confirmed"); err != nil {
+			return err
+		}
+	}
+	d.ui.say("and confirmed all 20 orders")
 	return nil
 }
 
@@ -457,8 +512,9 @@ func (d *demo) doubleClick(ctx context.Context) error {
 		return err
 	}
 	var events int
-	_ = d.dbs.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1`, o.ID).Scan(&events)
-	d.ui.say("the loser waited on SELECT ... FOR UPDATE, then saw 'placed': %d outbox event, 2 reservations", events)
+	_ = d.dbs.Order.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`,
+		o.ID, contracts.EventOrderPlaced).Scan(&events)
+	d.ui.say("the loser waited on SELECT ... FOR UPDATE, then saw 'placed': %d placed event, 2 reservations", events)
 	return nil
 }
 
@@ -477,14 +533,154 @@ func (d *demo) cancel(ctx context.Context) error {
 		return err
 	}
 	d.ui.say("stock released its reservations (GET /reservations shows them with status released)")
-	if err := d.shipping(ctx, o.ID, "cancelled", 3); err != nil {
+	if err := d.shipping(ctx, o.ID, "cancelled", 4); err != nil {
 		return err
 	}
 	sh, _, err := d.api.Shipment(ctx, o.ID)
 	if err != nil {
 		return err
 	}
-	d.ui.say("shipping: order-status cancelled v3, shipment %s", sh.Status)
+	d.ui.say("shipping: order-status cancelled v4, shipment %s", sh.Status)
+	return nil
+}
+
+// productStock says a product's stock in one line.
+func (d *demo) productStock(ctx context.Context, id string) string {
+	ps, err := d.api.Stock(ctx, id)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("on hand %s, reserved %s, available %s", ps.OnHand, ps.Reserved, ps.Available)
+}
+
+// answered waits until order id is confirmed or rejected and returns it.
+func (d *demo) answered(ctx context.Context, id string) (system.Order, error) {
+	var o system.Order
+	err := waitFor(ctx, "stock's answer to "+id, func() string {
+		var err error
+		if o, _, err = d.api.Order(ctx, id); err != nil {
+			return err.Error()
+		}
+		if o.Status != "confirmed" && o.Status != "rejected" {
+			return "order is " + o.Status
+		}
+		return ""
+	})
+	return o, err
+}
+
+func (d *demo) race(ctx context.Context) error {
+	const units, orders = 5, 12
+	d.raceProduct = uuid.NewString()
+	if err := d.api.PutStock(ctx, d.raceProduct, fmt.Sprintf("%d", units)); err != nil {
+		return err
+	}
+	d.ui.say(`PUT /products/%s/stock {"on_hand": "%d"} -> %s`, short(d.raceProduct), units, d.productStock(ctx, d.raceProduct))
+	drafts := make([]system.Order, orders)
+	for i := range drafts {
+		o, err := d.api.CreateOrder(ctx, uuid.NewString(), []system.Line{{ProductID: d.raceProduct, Quantity: "1"}})
+		if err != nil {
+			return err
+		}
+		drafts[i] = o
+	}
+	statuses := make([]int, orders)
+	errs := make([]error, orders)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, o := range drafts {
+		wg.Go(func() {
+			<-gate
+			statuses[i], errs[i] = d.api.Place(ctx, o.ID)
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, st := range statuses {
+		if st != http.StatusOK {
+			return fmt.Errorf("place %s: status %d", drafts[i].ID, st)
+		}
+	}
+	d.ui.say("%d orders of 1 unit each, placed by %d clients at the same moment: all 200, all placed", orders, orders)
+	for _, o := range drafts {
+		got, err := d.answered(ctx, o.ID)
+		if err != nil {
+			return err
+		}
+		if got.Status == "confirmed" {
+			d.raceWinners = append(d.raceWinners, o.ID)
+			continue
+		}
+		d.raceLosers = append(d.raceLosers, o.ID)
+		why := "no reason kept"
+		if r := got.Rejection; r != nil {
+			why = r.Reason
+			for _, l := range r.Lines {
+				why += fmt.Sprintf(" (product %s: requested %s, available %s)", short(l.ProductID.String()), l.Requested, l.Available)
+			}
+		}
+		d.ui.say("  order %s rejected v%d: %s", short(o.ID), got.Version, why)
+	}
+	d.ui.say("stock answered all %d: %d confirmed, %d rejected; the product: %s",
+		orders, len(d.raceWinners), len(d.raceLosers), d.productStock(ctx, d.raceProduct))
+	if len(d.raceWinners) != units || len(d.raceLosers) != orders-units {
+		return fmt.Errorf("the race ended with %d confirmed and %d rejected, want %d and %d",
+			len(d.raceWinners), len(d.raceLosers), units, orders-units)
+	}
+	d.ui.say("never oversold: stock locks the product's row, so each order saw what the ones before it held")
+	return nil
+}
+
+func (d *demo) release(ctx context.Context) error {
+	loser := d.raceLosers[0]
+	st, err := d.api.Cancel(ctx, loser)
+	if err != nil {
+		return err
+	}
+	d.ui.say("POST /orders/%s/cancel -> %d: a rejected order has nothing to cancel", short(loser), st)
+	if st != http.StatusConflict {
+		return fmt.Errorf("cancel of rejected order %s answered %d, want 409", loser, st)
+	}
+	winner := d.raceWinners[0]
+	if st, err = d.api.Cancel(ctx, winner); err != nil {
+		return err
+	}
+	got, _, err := d.api.Order(ctx, winner)
+	if err != nil {
+		return err
+	}
+	d.ui.say("POST /orders/%s/cancel -> %d, order %s v%d", short(winner), st, got.Status, got.Version)
+	if err := waitFor(ctx, "the unit released", func() string {
+		if ps, err := d.api.Stock(ctx, d.raceProduct); err != nil || ps.Available != "1.000" {
+			return fmt.Sprintf("%+v %v", ps, err)
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	d.ui.say("stock consumed the cancel and released its unit: %s", d.productStock(ctx, d.raceProduct))
+	later, err := d.api.CreateOrder(ctx, uuid.NewString(), []system.Line{{ProductID: d.raceProduct, Quantity: "1"}})
+	if err != nil {
+		return err
+	}
+	if st, err := d.api.Place(ctx, later.ID); err != nil || st != http.StatusOK {
+		return fmt.Errorf("place %s: status %d, err %v", later.ID, st, err)
+	}
+	got, err = d.answered(ctx, later.ID)
+	if err != nil {
+		return err
+	}
+	d.ui.say("a later order %s for 1 unit -> %s v%d; the product: %s", short(later.ID), got.Status, got.Version, d.productStock(ctx, d.raceProduct))
+	if got.Status != "confirmed" {
+		return fmt.Errorf("the later order %s is %s, want confirmed with the released unit", later.ID, got.Status)
+	}
+	if err := d.shipping(ctx, later.ID, "confirmed", 3); err != nil {
+		return err
+	}
+	d.ui.say("shipping: order-status confirmed v3, shipment ready")
 	return nil
 }
 
@@ -646,9 +842,11 @@ func (d *demo) settle(ctx context.Context) error {
 		}
 		return nil // the summary reports and fails
 	}
-	d.ui.say("every placed order has each line reserved exactly once, no cancelled order holds any,")
-	d.ui.say("shipping has every order at the order's own version, the outbox is all published,")
-	d.ui.say("and both consumers processed every event exactly once")
+	d.ui.say("no order is left placed: each is confirmed, rejected or cancelled; every confirmed order has")
+	d.ui.say("each line reserved exactly once, no rejected or cancelled order holds any, no product is oversold")
+	d.ui.say("(held = reserved <= on hand); shipping has every order at the order's own version, ready exactly")
+	d.ui.say("for the confirmed ones; both outboxes are all published, and every consumer processed each event")
+	d.ui.say("it receives exactly once")
 	return nil
 }
 
@@ -657,8 +855,13 @@ func (d *demo) summary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	depths, err := system.QueueDepths(ctx, d.srv.amqpURL, contracts.QueueStock, contracts.QueueShipping,
-		contracts.QueueStockDLQ, contracts.QueueShippingDLQ, contracts.UnroutableQueue)
+	queues := []string{contracts.UnroutableQueue}
+	var queueNames []string
+	for _, c := range contracts.Consumers() {
+		queues = append(queues, c.Queue, c.DeadLetterQueue)
+		queueNames = append(queueNames, c.Queue)
+	}
+	depths, err := system.QueueDepths(ctx, d.srv.amqpURL, queues...)
 	if err != nil {
 		return err
 	}
@@ -666,29 +869,45 @@ func (d *demo) summary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dead := depths[contracts.QueueStockDLQ] + depths[contracts.QueueShippingDLQ]
-	queued := depths[contracts.QueueStock] + depths[contracts.QueueShipping]
+	dead, queued := 0, 0
+	for _, c := range contracts.Consumers() {
+		dead += depths[c.DeadLetterQueue]
+		queued += depths[c.Queue]
+	}
 	lost := r.Lost + (r.OutboxEvents - r.OutboxPublished)
+	var reasons []string
+	for reason, n := range r.Rejections {
+		reasons = append(reasons, fmt.Sprintf("%d %s", n, reason))
+	}
+	sort.Strings(reasons)
 	verdict := "OK"
 	if !r.OK() {
 		verdict = fmt.Sprintf("FAILED (%d)", len(r.Problems)+r.MoreProblems)
 	}
 	d.ui.table([]row{
-		{"orders placed", itoa(r.Orders["placed"]), "status placed now"},
-		{"orders cancelled", itoa(r.Orders["cancelled"]), "placed, then cancelled"},
-		{"events written (outbox)", itoa(r.OutboxEvents), "one event per place and per cancel"},
+		{"orders placed", itoa(r.Placed()), "every order that left draft"},
+		{"orders confirmed", itoa(r.Orders["confirmed"]), "stock held every line"},
+		{"orders rejected", itoa(r.Orders["rejected"]), strings.Join(reasons, ", ")},
+		{"orders cancelled", itoa(r.Orders["cancelled"]), "confirmed (or placed), then cancelled"},
+		{"orders still placed", itoa(r.Orders["placed"]), "waiting for stock's answer"},
+		{"events written (outboxes)", itoa(r.OutboxEvents), fmt.Sprintf("order %d, stock %d (its answers)",
+			r.OutboxEvents-r.Events[contracts.EventStockReservationConfirmed]-r.Events[contracts.EventStockReservationRejected],
+			r.Events[contracts.EventStockReservationConfirmed]+r.Events[contracts.EventStockReservationRejected])},
 		{"events published", itoa(r.OutboxPublished), "confirmed by the broker, published_at set"},
-		{"events processed by stock", itoa(r.StockProcessed), "processed_event keys"},
-		{"events processed by shipping", itoa(r.ShippingProcessed), "processed_event keys"},
-		{"reservations held", itoa(r.ReservedLines), "2 lines per placed order"},
+		{"events processed by stock", itoa(r.Processed[contracts.ConsumerStock]), "processed_event keys: placed, cancelled"},
+		{"events processed by shipping", itoa(r.Processed[contracts.ConsumerShipping]), "processed_event keys: every order event"},
+		{"events processed by order", itoa(r.Processed[contracts.ConsumerOrder]), "processed_event keys: stock's answers"},
+		{"reservations held", itoa(r.ReservedLines), "the lines of the confirmed orders"},
+		{"tracked products", itoa(r.Products), "none oversold: held = reserved <= on hand"},
 		{"shipments", fmt.Sprintf("%d", r.Shipments["pending"]+r.Shipments["ready"]+r.Shipments["cancelled"]),
 			fmt.Sprintf("%d pending, %d ready, %d cancelled", r.Shipments["pending"], r.Shipments["ready"], r.Shipments["cancelled"])},
 		{"duplicates skipped", fmt.Sprintf("%.0f", dupSt+dupSh), fmt.Sprintf("stock %.0f + shipping %.0f", dupSt, dupSh)},
 		{"", "", duplicatesNote(dupSt, dupSh, d.dupsInjected)},
 		{"dead-lettered", itoa(dead), fmt.Sprintf("the poison message, once per consumer (%d sent)", d.poisonSent)},
 		{"unroutable", itoa(depths[contracts.UnroutableQueue]), contracts.UnroutableQueue},
-		{"still queued", itoa(queued), "stock.events + shipping.events"},
+		{"still queued", itoa(queued), strings.Join(queueNames, " + ")},
 		{"double reservations", itoa(r.DoubleReserved), ""},
+		{"events applied twice", itoa(r.AppliedTwice), "an answer given or applied twice"},
 		{"lost", itoa(lost), "events never published or never processed"},
 		{"unaccounted (auditor)", itoa(d.auditReport.UnaccountedTotal), fmt.Sprintf("GET /audit after checking %d published events", d.auditReport.Audited)},
 		{"invariants", verdict, ""},
@@ -709,7 +928,8 @@ func (d *demo) summary(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w\nthe processes' logs are in %s", err, d.s.logDir)
 	}
-	d.ui.plain("\n  lost = 0, unaccounted = 0, no double reservation. Logs: %s", filepath.Join(d.s.logDir, "*.log"))
+	d.ui.plain("\n  lost = 0, unaccounted = 0, no double reservation, nothing applied twice, nothing oversold. Logs: %s",
+		filepath.Join(d.s.logDir, "*.log"))
 	return nil
 }
 

@@ -1,6 +1,9 @@
 // Command demo runs the whole shop on real PostgreSQL and RabbitMQ and shows,
-// step by step, that no event is lost and none takes effect twice. `make
-// demo` builds the binaries into bin/ and runs it.
+// step by step, that no event is lost and none takes effect twice, on both
+// legs of an order: order's events to stock and shipping, and stock's answer
+// back to order (12 orders racing for 5 units: 5 confirmed, 7 rejected; a
+// cancel releasing a unit that a later order gets). `make demo` builds the
+// binaries into bin/ and runs it.
 //
 // It uses the servers of ORDER_DATABASE_URL, STOCK_DATABASE_URL,
 // SHIPPING_DATABASE_URL and AMQP_URL (or the local defaults), but never their
@@ -114,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	d := &demo{s: s, ui: newUI(stdout, 15)}
+	d := &demo{s: s, ui: newUI(stdout, 0)}
 	defer d.stop()
 	return d.run(ctx)
 }

@@ -15,10 +15,11 @@ import (
 // processes show once the system has settled after a fault.
 type Ledger struct {
 	Report       check.Report   // the whole-system invariants (check.Invariants)
-	Placed       int            // orders placed (order database)
+	Placed       int            // orders placed, whatever their status since (order database)
+	Confirmed    int            // orders confirmed by stock's answer and not cancelled
 	Reserved     int            // orders holding at least one reservation
-	Lost         int            // events a consumer never processed, plus outbox rows never published
-	Doubled      int            // order lines reserved more than once
+	Lost         int            // events a consumer never processed, plus outbox rows never published (every producer's)
+	Doubled      int            // order lines reserved more than once, plus events a producer wrote twice for one order
 	Duplicates   int            // deliveries the inboxes recognised as duplicates since the previous ledger (reported, never a failure)
 	DeadLettered map[string]int // messages in each dead-letter queue
 	// OpenDeadLetters counts each dead-letter queue's consumer's open dead_letter
@@ -56,21 +57,25 @@ func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[stri
 		return l, err
 	}
 	l.Report = rep
-	l.Placed = rep.Orders["placed"]
+	l.Placed = rep.Placed()
+	l.Confirmed = rep.Orders["confirmed"]
 	l.Lost = rep.Lost + rep.OutboxEvents - rep.OutboxPublished
-	l.Doubled = rep.DoubleReserved
+	l.Doubled = rep.DoubleReserved + rep.AppliedTwice
 	if err := r.DBs.Stock.QueryRow(ctx, `SELECT count(DISTINCT order_id) FROM reservation WHERE status = 'held'`).Scan(&l.Reserved); err != nil {
 		return l, fmt.Errorf("count reserved orders: %w", err)
 	}
 	// The dead-letter queues should hold what is expected; give a late
 	// dead-letter a moment to arrive before reading them for the last time.
 	for {
-		l.DeadLettered, err = system.QueueDepths(ctx, r.cfg.AMQPURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ)
+		l.DeadLettered, err = system.QueueDepths(ctx, r.cfg.AMQPURL, deadLetterQueues()...)
 		var dead check.DeadLetters
 		if err == nil {
 			dead, err = check.OpenDeadLetters(ctx, r.DBs)
-			l.OpenDeadLetters = map[string]int{contracts.QueueStockDLQ: dead.Open["stock"], contracts.QueueShippingDLQ: dead.Open["shipping"]}
-			l.NotDelivered = dead.Events["stock"] + dead.Events["shipping"]
+			l.OpenDeadLetters, l.NotDelivered = map[string]int{}, 0
+			for _, c := range contracts.Consumers() {
+				l.OpenDeadLetters[c.DeadLetterQueue] = dead.Open[c.Name]
+				l.NotDelivered += dead.Events[c.Name]
+			}
 		}
 		if err == nil && dlqAsWanted(l.DeadLettered, wantDLQ) && dlqAsWanted(l.OpenDeadLetters, wantDLQ) || time.Now().After(deadline) {
 			break
@@ -88,8 +93,17 @@ func (r *Rig) Ledger(ctx context.Context, settle time.Duration, wantDLQ map[stri
 	return l, nil
 }
 
+// deadLetterQueues are the dead-letter queues of every consumer of the registry.
+func deadLetterQueues() []string {
+	var qs []string
+	for _, c := range contracts.Consumers() {
+		qs = append(qs, c.DeadLetterQueue)
+	}
+	return qs
+}
+
 func dlqAsWanted(got, want map[string]int) bool {
-	for _, q := range []string{contracts.QueueStockDLQ, contracts.QueueShippingDLQ} {
+	for _, q := range deadLetterQueues() {
 		if got[q] != want[q] {
 			return false
 		}
@@ -106,7 +120,7 @@ func (l Ledger) Failures(wantDLQ map[string]int) []string {
 		f = append(f, fmt.Sprintf("%d events lost", l.Lost))
 	}
 	if l.Doubled > 0 {
-		f = append(f, fmt.Sprintf("%d lines reserved twice", l.Doubled))
+		f = append(f, fmt.Sprintf("%d lines reserved or events applied twice", l.Doubled))
 	}
 	if !l.Report.OK() {
 		f = append(f, "invariants broken:\n"+l.Report.String())
@@ -126,11 +140,19 @@ func (l Ledger) Failures(wantDLQ map[string]int) []string {
 	return f
 }
 
+// DeadLetters is the number of open dead_letter records of every consumer.
+func (l Ledger) DeadLetters() int {
+	n := 0
+	for _, v := range l.OpenDeadLetters {
+		n += v
+	}
+	return n
+}
+
 // String is the ledger's summary line.
 func (l Ledger) String() string {
-	return fmt.Sprintf("placed=%d reserved=%d lost=%d doubled=%d duplicates=%d dead-lettered=%d not-delivered=%d longest-stall=%s not-ready=%d",
-		l.Placed, l.Reserved, l.Lost, l.Doubled, l.Duplicates,
-		l.OpenDeadLetters[contracts.QueueStockDLQ]+l.OpenDeadLetters[contracts.QueueShippingDLQ], l.NotDelivered,
+	return fmt.Sprintf("placed=%d confirmed=%d reserved=%d lost=%d doubled=%d duplicates=%d dead-lettered=%d not-delivered=%d longest-stall=%s not-ready=%d",
+		l.Placed, l.Confirmed, l.Reserved, l.Lost, l.Doubled, l.Duplicates, l.DeadLetters(), l.NotDelivered,
 		l.LongestStall.Round(10*time.Millisecond), len(l.NotReady))
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/backoff"
@@ -41,14 +42,15 @@ type Config struct {
 	Log           io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
 }
 
-// Proxy names: <process>-pg and <process>-amqp, for the processes "order"
-// (PostgreSQL only), "order-relay", "standby", "stock" and "shipping".
+// Proxy names: <process>-pg and <process>-amqp, for the processes "order",
+// "order-relay", "standby", "stock", "stock-relay" and "shipping".
 var processUpstreams = map[string][]string{
-	"order":       {"pg"},
+	"order":       {"pg", "amqp"},
 	"order-relay": {"pg", "amqp"},
 	"standby":     {"pg", "amqp"},
 	"stock":       {"pg", "amqp"},
 	"shipping":    {"pg", "amqp"},
+	"stock-relay": {"pg", "amqp"},
 }
 
 // Rig is one running shop (order API, leader and standby relay, stock,
@@ -79,11 +81,11 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 	r := &Rig{Net: NewNet(), cfg: cfg}
 	direct := map[string]string{
 		"order-pg": cfg.OrderDBURL, "order-relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
-		"stock-pg": cfg.StockDBURL, "shipping-pg": cfg.ShippingDBURL,
+		"stock-pg": cfg.StockDBURL, "stock-relay-pg": cfg.StockDBURL, "shipping-pg": cfg.ShippingDBURL,
 	}
 	dbVar := map[string]string{
 		"order": "ORDER_DATABASE_URL", "order-relay": "ORDER_DATABASE_URL", "standby": "ORDER_DATABASE_URL",
-		"stock": "STOCK_DATABASE_URL", "shipping": "SHIPPING_DATABASE_URL",
+		"stock": "STOCK_DATABASE_URL", "stock-relay": "STOCK_DATABASE_URL", "shipping": "SHIPPING_DATABASE_URL",
 	}
 	penv := map[string][]string{}
 	for proc, ups := range processUpstreams {
@@ -250,7 +252,7 @@ func (r *Rig) Freeze(ctx context.Context, p *system.Process, d time.Duration) er
 // countDuplicates adds the duplicates a consumer counted so far to the
 // rig's total before the process (and its counters) goes away.
 func (r *Rig) countDuplicates(ctx context.Context, p *system.Process) {
-	if p != r.Sys.Stock && p != r.Sys.Shipping {
+	if !r.consumer(p) {
 		return
 	}
 	if v, err := p.Metric(ctx, "inbox_duplicates_total", nil); err == nil {
@@ -260,15 +262,25 @@ func (r *Rig) countDuplicates(ctx context.Context, p *system.Process) {
 	}
 }
 
-// Duplicates returns the deliveries both inboxes recognised as duplicates
+// consumer reports whether p is the serve process of a consumer of the registry.
+func (r *Rig) consumer(p *system.Process) bool {
+	for _, c := range contracts.Consumers() {
+		if r.Sys.Process(c.Name) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Duplicates returns the deliveries every consumer's inbox recognised as duplicates
 // since the rig started (counters of replaced processes included as far as
 // they could be read before the process went away).
 func (r *Rig) Duplicates(ctx context.Context) int {
 	r.mu.Lock()
 	n := r.dupsBefore
 	r.mu.Unlock()
-	for _, p := range []*system.Process{r.Sys.Stock, r.Sys.Shipping} {
-		if v, err := p.Metric(ctx, "inbox_duplicates_total", nil); err == nil {
+	for _, c := range contracts.Consumers() {
+		if v, err := r.Sys.Process(c.Name).Metric(ctx, "inbox_duplicates_total", nil); err == nil {
 			n += v
 		}
 	}

@@ -79,7 +79,7 @@ func TestStockSaysNo(t *testing.T) {
 	s.waitReserved(ctx, confirmed)
 	assertStock(t, ctx, s, product, "1.000", "1.000", "0.000")
 	r := s.invariants(ctx)
-	if r.Orders["confirmed"] != 1 || r.Orders["rejected"] != 1 || r.OrderProcessed != 2 {
+	if r.Orders["confirmed"] != 1 || r.Orders["rejected"] != 1 || r.Processed[contracts.ConsumerOrder] != 2 {
 		t.Errorf("report %+v, want 1 confirmed, 1 rejected, 2 answers processed by order", r)
 	}
 }
