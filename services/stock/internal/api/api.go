@@ -42,10 +42,10 @@ const RetryAfter = 5 * time.Second
 // errorRules maps stock's errors to problem types for httpx.Errors.Write, the one
 // function that answers every failed request (docs/api-problems.md): the database
 // unavailable is a 503 with Retry-After; a missing or malformed order_id or product_id
-// is a 400 (httpx.QueryUUID, httpx.PathUUID), an unreadable body a 400 and a bad on_hand
-// a 422 (httpx.DecodeJSON, putStock); an untracked product is a 404; an on_hand below
-// what is reserved a 409; anything else is logged and answered with a 500 whose cause
-// is never sent.
+// is a 400 (httpx.QueryUUID, httpx.PathUUID), an unreadable body a 400, a body over
+// httpx.MaxBodyBytes a 413 and a bad on_hand a 422 (httpx.DecodeJSON, putStock); an
+// untracked product is a 404; an on_hand below what is reserved a 409; anything else is
+// logged and answered with a 500 whose cause is never sent.
 func errorRules() []httpx.Rule {
 	return []httpx.Rule{
 		{Is: store.ErrNotTracked, Kind: httpx.KindNotFound, Detail: "this product has no stock row: it is untracked, always reservable"},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -222,6 +223,7 @@ func testProductStock(t *testing.T, pool *pgxpool.Pool, srv *openapitest.Server)
 	for _, body := range []string{`{"on_hand": 10}`, `{"on_hand": "1", "reserved": "0"}`, `[]`, `{`} {
 		do(http.MethodPut, path, body, http.StatusBadRequest)
 	}
+	do(http.MethodPut, path, `{"on_hand": "`+strings.Repeat("1", httpx.MaxBodyBytes)+`"}`, http.StatusRequestEntityTooLarge)
 	do(http.MethodGet, "/products/abc/stock", "", http.StatusBadRequest)
 	do(http.MethodPut, "/products/abc/stock", `{"on_hand": "1"}`, http.StatusBadRequest)
 }

@@ -24,7 +24,7 @@ func NewHandler(api *API, logger *slog.Logger, reg *prometheus.Registry, checks 
 //
 //	GET /reservations?order_id={uuid}       200 [reservationResponse] | 400 | 503
 //	GET /products/{product_id}/stock        200 stockResponse | 400 | 404 | 503
-//	PUT /products/{product_id}/stock        200 stockResponse | 400 | 409 | 415 | 422 | 503
+//	PUT /products/{product_id}/stock        200 stockResponse | 400 | 409 | 413 | 415 | 422 | 503
 func (a *API) Routes(r chi.Router) {
 	r.Get("/reservations", a.errs.Handle(a.listReservations))
 	r.Get("/products/{product_id}/stock", a.errs.Handle(a.getStock))

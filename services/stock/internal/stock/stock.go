@@ -104,19 +104,32 @@ type Short struct {
 // locks; a product missing from it is untracked and always reservable. When every line of a
 // tracked product fits in what is available, Decide adds the lines to levels' Reserved (so
 // the next decision in the same transaction sees them) and returns no short line. Otherwise
-// it changes nothing and returns every short line, in line order. Lines name each product at
-// most once (the order service refuses duplicates).
+// it changes nothing and returns every short line, in line order. The order service refuses
+// two lines of one product, but the contract does not: lines of one product are decided
+// in line order against what the lines before them left, so together they never take more
+// than is available (a short line names what was left for it).
 func Decide(lines []Line, levels map[uuid.UUID]*Level) (short []Short, err error) {
 	want := make([]Quantity, len(lines))
+	left := make(map[uuid.UUID]Quantity, len(lines))
 	for n, l := range lines {
 		q, err := ParseQuantity(l.Quantity)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n+1, err)
 		}
 		want[n] = q
-		if lv, ok := levels[l.ProductID]; ok && q > lv.Available() {
-			short = append(short, Short{ProductID: l.ProductID, Requested: q, Available: lv.Available()})
+		lv, ok := levels[l.ProductID]
+		if !ok {
+			continue
 		}
+		avail, seen := left[l.ProductID]
+		if !seen {
+			avail = lv.Available()
+		}
+		if q > avail {
+			short = append(short, Short{ProductID: l.ProductID, Requested: q, Available: avail})
+			continue
+		}
+		left[l.ProductID] = avail - q
 	}
 	if len(short) > 0 {
 		return short, nil

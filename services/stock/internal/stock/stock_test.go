@@ -90,6 +90,19 @@ func TestDecide(t *testing.T) {
 	if levels[b].Reserved != 0 || levels[a].Reserved != 5000 {
 		t.Errorf("a refused order changed the levels: a %s, b %s", levels[a].Reserved, levels[b].Reserved)
 	}
+	// Two lines of one product (a placed event the order service would not write) are
+	// decided together: each fits alone, both do not.
+	short, err = stock.Decide([]stock.Line{{ProductID: b, Quantity: "1.5"}, {ProductID: b, Quantity: "1"}}, levels)
+	if err != nil || len(short) != 1 || short[0] != (stock.Short{ProductID: b, Requested: 1000, Available: 500}) {
+		t.Fatalf("two lines of b beyond its stock: %+v, %v", short, err)
+	}
+	if levels[b].Reserved != 0 {
+		t.Errorf("a refused order changed b: reserved %s", levels[b].Reserved)
+	}
+	short, err = stock.Decide([]stock.Line{{ProductID: b, Quantity: "1.5"}, {ProductID: b, Quantity: "0.5"}}, levels)
+	if err != nil || short != nil || levels[b].Reserved != 2000 {
+		t.Fatalf("two lines of b that fit together: short %+v, %v, b reserved %s", short, err, levels[b].Reserved)
+	}
 	if _, err := stock.Decide([]stock.Line{{ProductID: a, Quantity: "x"}}, levels); !errors.Is(err, stock.ErrInvalidQuantity) {
 		t.Errorf("a bad quantity: %v, want ErrInvalidQuantity", err)
 	}
