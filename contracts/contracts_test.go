@@ -57,6 +57,40 @@ func samplePayload(eventName string) any {
 	return p
 }
 
+// producerOf returns the registry's producer of eventName.
+func producerOf(t testing.TB, eventName string) string {
+	t.Helper()
+	p, ok := contracts.ProducerOf(eventName)
+	if !ok {
+		t.Fatalf("no producer publishes %s", eventName)
+	}
+	return p.Name
+}
+
+// TestValidateRefusesAnotherProducersEvent: an event has one producer; an envelope
+// naming another is refused, on the fast path and the schema library's alike.
+func TestValidateRefusesAnotherProducersEvent(t *testing.T) {
+	t.Parallel()
+	v := newValidator(t)
+	for _, name := range contracts.EventNames() {
+		env, err := contracts.NewEnvelope(name, "shipping", "c", samplePayload(name), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ve *contracts.ValidationError
+		if err := v.Validate(raw); !errors.As(err, &ve) || ve.Field != "producer" {
+			t.Errorf("Validate(%s from shipping) = %v, want a ValidationError on producer", name, err)
+		}
+		if _, err := v.Decode(raw); !errors.As(err, &ve) || ve.Field != "producer" {
+			t.Errorf("Decode(%s from shipping) = %v, want a ValidationError on producer", name, err)
+		}
+	}
+}
+
 // validBody returns a valid envelope of eventName marshalled to JSON.
 func validBody(t testing.TB, eventName string) []byte {
 	t.Helper()
@@ -185,7 +219,7 @@ func TestValidateAndDecodeValid(t *testing.T) {
 	for _, name := range contracts.EventNames() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			want, err := contracts.NewEnvelope(name, contracts.ProducerOrder, "corr-42", samplePayload(name), time.Now())
+			want, err := contracts.NewEnvelope(name, producerOf(t, name), "corr-42", samplePayload(name), time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -511,7 +545,7 @@ func TestValidateAnswerEvents(t *testing.T) {
 	v := newValidator(t)
 	body := func(t *testing.T, name string, change func(map[string]any)) []byte {
 		t.Helper()
-		env, err := contracts.NewEnvelope(name, contracts.ProducerStock, "c", samplePayload(name), time.Now())
+		env, err := contracts.NewEnvelope(name, producerOf(t, name), "c", samplePayload(name), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

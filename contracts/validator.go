@@ -120,7 +120,7 @@ func (v *Validator) Validate(body []byte) error {
 // valid; any other is checked by the schema library, which names what is wrong.
 func (v *Validator) validateDoc(doc any) error {
 	if v.fast && fastValid(doc) {
-		return nil
+		return checkProducer(doc)
 	}
 	if obj, ok := doc.(map[string]any); ok {
 		if name, ok := obj["event_name"].(string); ok {
@@ -140,6 +140,20 @@ func (v *Validator) validateDoc(doc any) error {
 	payload := obj["payload"]
 	if err := v.payloads[obj["event_name"].(string)].Validate(payload); err != nil {
 		return toValidationError(doc, "/payload", err)
+	}
+	return checkProducer(doc)
+}
+
+// checkProducer checks that a valid envelope names as its producer the one the
+// registry gives its event ([ProducerOf]): an event has one producer, so a
+// service can neither write nor pass off another service's event (a stock
+// answer sent by order's relay is refused, and dead-lettered by a consumer).
+func checkProducer(doc any) error {
+	obj := doc.(map[string]any) // valid: an object with a known event_name and a producer
+	name, producer := obj["event_name"].(string), obj["producer"].(string)
+	if p, ok := ProducerOf(name); ok && p.Name != producer {
+		return &ValidationError{Field: "producer",
+			Reason: fmt.Sprintf("%s is published by %q, not %q", name, p.Name, producer)}
 	}
 	return nil
 }

@@ -101,9 +101,8 @@ func TestASecondProducerRelaysPurgesAndReplays(t *testing.T) {
 	orderID := uuid.New()
 	var env contracts.Envelope
 	if err := pg.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
-		env, err = w.Write(t.Context(), tx, contracts.EventOrderPlaced, orderID.String(), "c", contracts.OrderPlaced{
-			OrderID: orderID, CustomerID: uuid.New(), Version: 2,
-			Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}}})
+		env, err = w.Write(t.Context(), tx, contracts.EventStockReservationConfirmed, orderID.String(), "c", contracts.StockReservationConfirmed{
+			OrderID: orderID, OrderVersion: 2, Lines: []contracts.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -127,13 +126,13 @@ func TestASecondProducerRelaysPurgesAndReplays(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ok bool
-		d, ok, err = ch.Get(contracts.QueueStock, true)
+		d, ok, err = ch.Get(contracts.QueueOrder, true)
 		_ = ch.Close()
 		if ok {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("no message in %s (%v):\n%s", contracts.QueueStock, err, logs)
+			t.Fatalf("no message in %s (%v):\n%s", contracts.QueueOrder, err, logs)
 		}
 	}
 	if d.MessageId != env.EventID.String() {

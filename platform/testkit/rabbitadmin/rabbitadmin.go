@@ -200,8 +200,10 @@ func (a *Admin) DeleteVhosts(ctx context.Context, names []string) error {
 // failing request's status and body, or rabbitmqctl's output.
 func (a *Admin) CloseConnections(ctx context.Context, name, reason string) (int, error) {
 	if a.management == "" {
+		// A connection still in its handshake has no client properties yet (the atom none).
 		code := fmt.Sprintf(`Ps = [proplists:get_value(pid, I) || I <- rabbit_networking:connection_info_all([pid, client_properties]), `+
-			`lists:keyfind(<<"connection_name">>, 1, proplists:get_value(client_properties, I, [])) =:= {<<"connection_name">>, longstr, %s}], `+
+			`CP <- [proplists:get_value(client_properties, I, [])], is_list(CP), `+
+			`lists:keyfind(<<"connection_name">>, 1, CP) =:= {<<"connection_name">>, longstr, %s}], `+
 			`[rabbit_networking:close_connection(P, binary_to_list(%s)) || P <- Ps], length(Ps).`, erlangBinary(name), erlangBinary(reason))
 		out, err := rabbitmqctlOutput(ctx, "eval", code)
 		if err != nil {

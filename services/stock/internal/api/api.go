@@ -126,11 +126,16 @@ func (a *API) getStock(w http.ResponseWriter, r *http.Request) error {
 // putStock handles PUT /products/{product_id}/stock: it sets the on-hand quantity,
 // creating the product's stock row (tracked from now on), and answers 200 with the
 // stock as written; 422 for an on_hand that is not a decimal string zero or greater with
-// at most 9 integer and 3 fraction digits, 409 for one below what is reserved.
+// at most 9 integer and 3 fraction digits, 409 for one below what is reserved; 400 for
+// the nil UUID, which no order line can name.
 func (a *API) putStock(w http.ResponseWriter, r *http.Request) error {
 	product, err := httpx.PathUUID(r, "product_id")
 	if err != nil {
 		return err
+	}
+	if product == uuid.Nil {
+		return &httpx.Error{Kind: httpx.KindInvalidRequest, Detail: `path parameter "product_id" is the nil UUID, which names no product`,
+			Errors: []httpx.FieldError{{Parameter: "product_id", Detail: "must not be the nil UUID"}}}
 	}
 	var req stockRequest
 	if err := httpx.DecodeJSON(w, r, &req); err != nil {

@@ -226,4 +226,5 @@ func testProductStock(t *testing.T, pool *pgxpool.Pool, srv *openapitest.Server)
 	do(http.MethodPut, path, `{"on_hand": "`+strings.Repeat("1", httpx.MaxBodyBytes)+`"}`, http.StatusRequestEntityTooLarge)
 	do(http.MethodGet, "/products/abc/stock", "", http.StatusBadRequest)
 	do(http.MethodPut, "/products/abc/stock", `{"on_hand": "1"}`, http.StatusBadRequest)
+	do(http.MethodPut, "/products/"+uuid.Nil.String()+"/stock", `{"on_hand": "1"}`, http.StatusBadRequest) // names no product
 }
