@@ -26,7 +26,7 @@ func (a *adder) edits() {
 		if err != nil {
 			return "", err
 		}
-		if s, err = cloneLines(s, "\t\t{Name: Consumer"+title+", Queue:", 1, a.rename); err != nil {
+		if s, err = cloneUntil(s, "\t\t{Name: Consumer"+title+", Queue:", "},\n", a.rename); err != nil {
 			return "", err
 		}
 		return cloneLines(s, "\t\t{Name: Consumer"+title+", Database:", 1, a.rename)
@@ -200,6 +200,25 @@ func cloneLines(s, prefix string, n int, fn func(string) string) (string, error)
 		end += j + 1
 	}
 	return s[:end] + fn(s[i:end]) + s[end:], nil
+}
+
+// cloneUntil inserts, after the lines from the line that starts with prefix to
+// the first line that ends with end, those lines changed by fn.
+func cloneUntil(s, prefix, end string, fn func(string) string) (string, error) {
+	i := lineStart(s, prefix)
+	if i < 0 {
+		return "", fmt.Errorf("no line starts with %q", strings.TrimSpace(prefix))
+	}
+	for j := i; ; {
+		k := strings.Index(s[j:], "\n")
+		if k < 0 {
+			return "", fmt.Errorf("no line ends with %q after %q", strings.TrimSpace(end), strings.TrimSpace(prefix))
+		}
+		j += k + 1
+		if strings.HasSuffix(s[i:j], end) {
+			return s[:j] + fn(s[i:j]) + s[j:], nil
+		}
+	}
 }
 
 // cloneBlock inserts, after the YAML block whose first line is header (a key and
