@@ -13,7 +13,7 @@
 // file it wrote or changed. Flags:
 //
 //	-name NAME   the new service: a lowercase letter, then lowercase letters and digits
-//	-kind KIND   consumer (the default); producer and both are steps 8 of the recipe,
+//	-kind KIND   consumer (the default); producer and both are refused: step 8 of the recipe,
 //	             done by hand for now
 //	-like NAME   the consumer whose deploy entries the new ones copy (default shipping)
 //	-root DIR    the repository (default .)
