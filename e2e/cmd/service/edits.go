@@ -75,11 +75,11 @@ func (a *adder) edits() {
 		return cloneLines(s, "  - job_name: "+like+"\n", 2, a.rename)
 	})
 	a.edit("deploy/postgres/roles.sql", func(s string) (string, error) {
-		s, err := cloneLines(s, "--   "+like+"_app ", 1, a.renameColumn)
+		s, err := cloneLines(s, "--   "+like+"_app ", 1, func(l string) string { return renameColumn(l, a.rename) })
 		if err != nil {
 			return "", err
 		}
-		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, a.renameColumn); err != nil {
+		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, func(l string) string { return renameColumn(l, a.rename) }); err != nil {
 			return "", err
 		}
 		old := "'" + like + "_app', '" + like + "_maintenance',"
@@ -139,16 +139,16 @@ func (a *adder) rename(s string) string {
 	return strings.ReplaceAll(s, a.likePort, strings.TrimPrefix(a.d.HTTPAddr, ":"))
 }
 
-// renameColumn renames a comment line "--   <role>   <what>" and keeps <what> in
-// its column.
-func (a *adder) renameColumn(line string) string {
+// renameColumn renames with rename a comment line "--   <role>   <what>" and keeps
+// <what> in its column.
+func renameColumn(line string, rename func(string) string) string {
 	m := roleLine.FindStringSubmatch(line)
 	if m == nil {
-		return a.rename(line)
+		return rename(line)
 	}
-	role := a.rename(m[2])
+	role := rename(m[2])
 	pad := max(len(m[2])+len(m[3])-len(role), 2)
-	return m[1] + role + strings.Repeat(" ", pad) + a.rename(m[4])
+	return m[1] + role + strings.Repeat(" ", pad) + rename(m[4])
 }
 
 var roleLine = regexp.MustCompile(`^(--\s+)(\S+)(\s+)(.*\n)$`)

@@ -39,8 +39,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.Name, "name", "", "the new service's name, e.g. billing")
-	fs.StringVar(&o.Kind, "kind", "consumer", "consumer (producer and both: step 8 of the recipe, by hand)")
+	fs.StringVar(&o.Kind, "kind", "consumer", "consumer or both (a consumer that also publishes an event of its own)")
 	fs.StringVar(&o.Like, "like", "shipping", "the consumer whose deploy entries the new ones copy")
+	fs.StringVar(&o.LikeProducer, "like-producer", "stock", "KIND=both: the producer whose relay's deploy entries the new ones copy")
 	fs.StringVar(&o.Root, "root", ".", "the repository")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
