@@ -126,9 +126,20 @@ func (a *adder) edits() {
 		}
 		return s, nil
 	})
-	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) {
-		return replaceOnce(s, ", "+like+"]}", ", "+like+", "+n+"]}")
-	})
+	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) { return addValue(s, n) })
+}
+
+// addValue appends v to the values of servicemonitor.yaml's selector, the list of
+// the Services it scrapes.
+func addValue(s, v string) (string, error) {
+	const key = "{key: app.kubernetes.io/name, operator: In, values: ["
+	i := strings.Index(s, key)
+	j := strings.Index(s[max(i, 0):], "]}")
+	if i < 0 || j < 0 {
+		return "", fmt.Errorf("no %q", key)
+	}
+	j += i
+	return s[:j] + ", " + v + s[j:], nil
 }
 
 // rename turns a copy of the -like consumer's text into the new service's: its

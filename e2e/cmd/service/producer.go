@@ -132,9 +132,7 @@ func (a *adder) producerEdits() {
 		}
 		return cloneLines(s, "  "+P+"_RELAY_AMQP_URL:", 1, relay)
 	})
-	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) {
-		return replaceOnce(s, ", "+n+"]}", ", "+n+", "+n+"-relay]}")
-	})
+	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) { return addValue(s, n+"-relay") })
 }
 
 // asyncAPI adds the producer's event to the AsyncAPI document: its channel on the
