@@ -142,13 +142,16 @@ func modulePatterns(t *testing.T, dir string) []string {
 	return pkgs
 }
 
-// TestRefuses: a bad name or kind and a service the registry has, before writing.
+// TestRefuses: a bad name or kind (producer included), a service the registry has,
+// and a -like or -like-producer the registry does not have as such, before writing.
 func TestRefuses(t *testing.T) {
 	for _, o := range []Options{
 		{Name: "Billing", Kind: "consumer", Like: "shipping"},
 		{Name: "billing", Kind: "publisher", Like: "shipping"},
 		{Name: "shipping", Kind: "consumer", Like: "shipping"},
 		{Name: "billing", Kind: "consumer", Like: "nobody"},
+		{Name: "billing", Kind: "producer", Like: "shipping", LikeProducer: "stock"},
+		{Name: "billing", Kind: "both", Like: "shipping", LikeProducer: "shipping"},
 	} {
 		o.Root = t.TempDir()
 		if _, err := Add(o); err == nil {
