@@ -98,7 +98,7 @@ compose-test:
 fork:
 	$(GO) run ./e2e/cmd/fork -module '$(MODULE)' $(if $(NAME),-name '$(NAME)') $(if $(DIR),-dir '$(DIR)')
 
-## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default)
+## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default, or both)
 service:
 	$(GO) run ./e2e/cmd/service -name '$(NAME)' -kind '$(or $(KIND),consumer)'
 

@@ -26,7 +26,7 @@ func (a *adder) edits() {
 		if err != nil {
 			return "", err
 		}
-		if s, err = cloneLines(s, "\t\t{Name: Consumer"+title+", Queue:", 1, a.rename); err != nil {
+		if s, err = cloneUntil(s, "\t\t{Name: Consumer"+title+", Queue:", "},\n", a.rename); err != nil {
 			return "", err
 		}
 		return cloneLines(s, "\t\t{Name: Consumer"+title+", Database:", 1, a.rename)
@@ -75,11 +75,11 @@ func (a *adder) edits() {
 		return cloneLines(s, "  - job_name: "+like+"\n", 2, a.rename)
 	})
 	a.edit("deploy/postgres/roles.sql", func(s string) (string, error) {
-		s, err := cloneLines(s, "--   "+like+"_app ", 1, a.renameColumn)
+		s, err := cloneLines(s, "--   "+like+"_app ", 1, func(l string) string { return renameColumn(l, a.rename) })
 		if err != nil {
 			return "", err
 		}
-		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, a.renameColumn); err != nil {
+		if s, err = cloneLines(s, "--   "+like+"_maintenance ", 1, func(l string) string { return renameColumn(l, a.rename) }); err != nil {
 			return "", err
 		}
 		old := "'" + like + "_app', '" + like + "_maintenance',"
@@ -126,9 +126,20 @@ func (a *adder) edits() {
 		}
 		return s, nil
 	})
-	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) {
-		return replaceOnce(s, ", "+like+"]}", ", "+like+", "+n+"]}")
-	})
+	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) { return addValue(s, n) })
+}
+
+// addValue appends v to the values of servicemonitor.yaml's selector, the list of
+// the Services it scrapes.
+func addValue(s, v string) (string, error) {
+	const key = "{key: app.kubernetes.io/name, operator: In, values: ["
+	i := strings.Index(s, key)
+	j := strings.Index(s[max(i, 0):], "]}")
+	if i < 0 || j < 0 {
+		return "", fmt.Errorf("no %q", key)
+	}
+	j += i
+	return s[:j] + ", " + v + s[j:], nil
 }
 
 // rename turns a copy of the -like consumer's text into the new service's: its
@@ -139,16 +150,16 @@ func (a *adder) rename(s string) string {
 	return strings.ReplaceAll(s, a.likePort, strings.TrimPrefix(a.d.HTTPAddr, ":"))
 }
 
-// renameColumn renames a comment line "--   <role>   <what>" and keeps <what> in
-// its column.
-func (a *adder) renameColumn(line string) string {
+// renameColumn renames with rename a comment line "--   <role>   <what>" and keeps
+// <what> in its column.
+func renameColumn(line string, rename func(string) string) string {
 	m := roleLine.FindStringSubmatch(line)
 	if m == nil {
-		return a.rename(line)
+		return rename(line)
 	}
-	role := a.rename(m[2])
+	role := rename(m[2])
 	pad := max(len(m[2])+len(m[3])-len(role), 2)
-	return m[1] + role + strings.Repeat(" ", pad) + a.rename(m[4])
+	return m[1] + role + strings.Repeat(" ", pad) + rename(m[4])
 }
 
 var roleLine = regexp.MustCompile(`^(--\s+)(\S+)(\s+)(.*\n)$`)
@@ -200,6 +211,25 @@ func cloneLines(s, prefix string, n int, fn func(string) string) (string, error)
 		end += j + 1
 	}
 	return s[:end] + fn(s[i:end]) + s[end:], nil
+}
+
+// cloneUntil inserts, after the lines from the line that starts with prefix to
+// the first line that ends with end, those lines changed by fn.
+func cloneUntil(s, prefix, end string, fn func(string) string) (string, error) {
+	i := lineStart(s, prefix)
+	if i < 0 {
+		return "", fmt.Errorf("no line starts with %q", strings.TrimSpace(prefix))
+	}
+	for j := i; ; {
+		k := strings.Index(s[j:], "\n")
+		if k < 0 {
+			return "", fmt.Errorf("no line ends with %q after %q", strings.TrimSpace(end), strings.TrimSpace(prefix))
+		}
+		j += k + 1
+		if strings.HasSuffix(s[i:j], end) {
+			return s[:j] + fn(s[i:j]) + s[j:], nil
+		}
+	}
 }
 
 // cloneBlock inserts, after the YAML block whose first line is header (a key and

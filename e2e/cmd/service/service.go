@@ -30,7 +30,7 @@ var templates embed.FS
 // Options is one service to add: its name and kind, the consumer whose deploy
 // entries its own copy, and the repository.
 type Options struct {
-	Name, Kind, Like, Root string
+	Name, Kind, Like, LikeProducer, Root string
 }
 
 // data is what the templates see.
@@ -42,7 +42,11 @@ type data struct {
 	Role     string // the prefix of its database roles (billing)
 	Queue    string // billing.events
 	Database string // billing
-	HTTPAddr string // :8087
+	HTTPAddr string // :8088
+	// A producer's (KIND=both) only:
+	Produces  bool   // KIND=both
+	Event     string // billing.billing.recorded.v1, its one event
+	RelayAddr string // :8089, its relay's default HTTP_ADDR
 }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
@@ -54,17 +58,20 @@ func Add(o Options) ([]string, error) {
 	if !nameRE.MatchString(o.Name) {
 		return nil, usagef("NAME %q: a service name is a lowercase letter, then lowercase letters and digits", o.Name)
 	}
-	if o.Kind == "producer" || o.Kind == "both" {
-		return nil, usagef("KIND=%s: add the consumer (KIND=consumer), then follow step 8 of docs/architecture.md for its outbox and relay", o.Kind)
+	if o.Kind == "producer" {
+		return nil, usagef("KIND=producer: add it with KIND=both, then drop its consumer half (step 8 of docs/architecture.md)")
 	}
-	if o.Kind != "consumer" {
-		return nil, usagef("KIND %q: one of consumer, producer, both", o.Kind)
+	if o.Kind != "consumer" && o.Kind != "both" {
+		return nil, usagef("KIND %q: one of consumer, both", o.Kind)
 	}
 	if _, ok := contracts.ServiceNamed(o.Name); ok {
 		return nil, usagef("the registry has a service %s already", o.Name)
 	}
 	if _, ok := contracts.ConsumerNamed(o.Like); !ok {
 		return nil, usagef("-like %s is no consumer of the registry", o.Like)
+	}
+	if _, ok := producerNamed(o.LikeProducer); o.Kind == "both" && !ok {
+		return nil, usagef("-like-producer %s is no producer of the registry", o.LikeProducer)
 	}
 	if _, err := os.Stat(filepath.Join(o.Root, "services", o.Name)); err == nil {
 		return nil, usagef("services/%s exists already", o.Name)
@@ -79,22 +86,36 @@ func Add(o Options) ([]string, error) {
 	}
 	d := data{Module: mod, Name: o.Name, Title: strings.ToUpper(o.Name[:1]) + o.Name[1:], Upper: strings.ToUpper(o.Name),
 		Role: o.Name, Queue: o.Name + ".events", Database: o.Name, HTTPAddr: ":" + strconv.Itoa(port)}
+	if o.Kind == "both" {
+		d.Produces, d.Event, d.RelayAddr = true, o.Name+"."+o.Name+".recorded.v1", ":"+strconv.Itoa(port+1)
+	}
 	a := adder{root: o.Root, d: d, like: o.Like}
 	likeSvc, _ := contracts.ServiceNamed(o.Like)
 	a.likePort = strings.TrimPrefix(likeSvc.HTTPAddr, ":")
+	if d.Produces {
+		a.likeProducer = o.LikeProducer
+		if a.likeProducerPorts, err = producerPorts(o.Root, o.LikeProducer); err != nil {
+			return nil, err
+		}
+	}
 	a.writeTemplates()
 	a.goMod()
 	a.edits()
+	if d.Produces {
+		a.producerEdits()
+	}
 	if a.err != nil {
 		return a.files, a.err
 	}
 	slices.Sort(a.files)
-	return a.files, nil
+	return slices.Compact(a.files), nil
 }
 
 // adder collects the files it touched and the first error.
 type adder struct {
 	root, like, likePort string
+	likeProducer         string    // KIND=both: the producer whose relay's entries the new ones copy
+	likeProducerPorts    [2]string // its serve's and its relay's port
 	d                    data
 	files                []string
 	err                  error
@@ -106,11 +127,16 @@ func (a *adder) fail(err error) {
 	}
 }
 
-// writeTemplates renders template/<dir>/<file>.tmpl to services/<name>/<place>.
+// writeTemplates renders template/<dir>/<file>.tmpl to services/<name>/<place>,
+// and, for a producer, template/contracts to its event's Go file and JSON Schema
+// in contracts.
 func (a *adder) writeTemplates() {
 	places := map[string]string{
 		"cmd": "cmd/" + a.d.Name, "events": "internal/events", "store": "internal/store",
 		"api": "internal/api", "migrations": "migrations",
+	}
+	contractFiles := map[string]string{
+		"contracts/event.go.tmpl": "contracts/" + a.d.Name + ".go", "contracts/schema.json.tmpl": "contracts/schemas/" + a.d.Event + ".json",
 	}
 	a.fail(fs.WalkDir(templates, "template", func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
@@ -119,6 +145,12 @@ func (a *adder) writeTemplates() {
 		rel := strings.TrimPrefix(p, "template/")
 		dir, file := path.Split(rel)
 		to := path.Join("services", a.d.Name, places[strings.TrimSuffix(dir, "/")], strings.TrimSuffix(file, ".tmpl"))
+		if dir == "contracts/" {
+			if !a.d.Produces {
+				return nil
+			}
+			to = contractFiles[rel]
+		}
 		src, err := templates.ReadFile(p)
 		if err != nil {
 			return err
@@ -240,6 +272,30 @@ func freePort(root string) (int, error) {
 		return 0, fmt.Errorf("docker-compose.yml and the registry name no port")
 	}
 	return high + 1, nil
+}
+
+// producerPorts returns the ports of producer's serve (from the registry) and of
+// its relay (the HTTP_ADDR of its relay in docker-compose.yml).
+func producerPorts(root, producer string) ([2]string, error) {
+	svc, _ := contracts.ServiceNamed(producer)
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		return [2]string{}, err
+	}
+	s := string(b)
+	i := lineStart(s, "  "+producer+"-relay:\n")
+	if i < 0 {
+		return [2]string{}, fmt.Errorf("docker-compose.yml has no service %s-relay", producer)
+	}
+	block := s[i:]
+	if next := regexp.MustCompile(`\n  [^ \n]`).FindStringIndex(block); next != nil {
+		block = block[:next[0]]
+	}
+	m := regexp.MustCompile(`HTTP_ADDR: *":(\d+)"`).FindStringSubmatch(block)
+	if m == nil {
+		return [2]string{}, fmt.Errorf("docker-compose.yml: %s-relay has no HTTP_ADDR", producer)
+	}
+	return [2]string{strings.TrimPrefix(svc.HTTPAddr, ":"), m[1]}, nil
 }
 
 // rabbitHash is RabbitMQ's rabbit_password_hashing_sha256 of password: base64 of

@@ -33,12 +33,14 @@ var allowed = map[string]string{
 // TestForkThenAddAService is the template's proof, on one fork so that the fork's
 // packages compile once: `make fork` into a temporary folder under a new module
 // path and name (acme; zeta in a fork named acme already), the search for the old
-// module path and name, gofmt; then `make service NAME=billing` in the fork, and
-// there `go build` and `go vet` of every module of go.work, the boundary test, the
-// tests of contracts and of the platform packages that need no server, billing's
-// own tests, the registry and Kubernetes tests of e2e, and the end-to-end check in
-// which the auditor reports every consumer, billing included, processing every event
-// of an order.
+// module path and name, gofmt; then `make service NAME=billing` (a consumer) and
+// `make service NAME=ledger KIND=both` (a consumer that publishes its own event) in
+// the fork, and there `go build` and `go vet` of every module of go.work, the
+// boundary test, the tests of contracts and of the platform packages that need no
+// server, billing's and ledger's own tests, the registry and Kubernetes tests of
+// e2e, and the end-to-end check in which the auditor reports every consumer, billing
+// and ledger included, processing every event of an order, and counts none of any
+// producer's events, ledger's included, unaccounted.
 func TestForkThenAddAService(t *testing.T) {
 	root, err := filepath.Abs("../../..")
 	if err != nil {
@@ -91,7 +93,9 @@ func TestForkThenAddAService(t *testing.T) {
 	})
 
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
-	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml"} {
+	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=ledger", "KIND=both")
+	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml",
+		"services/ledger/cmd/ledger/run.go", "deploy/k8s/ledger-relay.yaml", "contracts/schemas/ledger.ledger.recorded.v1.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("make service wrote no %s: %v", f, err)
 		}
@@ -105,13 +109,17 @@ func TestForkThenAddAService(t *testing.T) {
 		runIn(t, dir, "go", append([]string{"build"}, pkgs...)...)
 		runIn(t, dir, "go", append([]string{"vet"}, pkgs...)...)
 		// The platform packages below need neither PostgreSQL nor RabbitMQ; the
-		// rest of the platform's tests run on the servers and take minutes.
-		runIn(t, dir, "go", "test", "-count=1", "./e2e/internal/boundaries", "./contracts/...",
+		// rest of the platform's tests run on the servers and take minutes. go vet
+		// has just checked them all, so go test does not again (-vet=off).
+		runIn(t, dir, "go", "test", "-count=1", "-vet=off", "./e2e/internal/boundaries", "./contracts/...",
 			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
-			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...")
+			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...", "./services/ledger/...")
 	})
 
-	t.Run("the auditor sees billing receive every event", func(t *testing.T) {
+	// The auditor's audit counts every event of every producer's outbox, ledger's
+	// own included (ledger receives it), as unaccounted until each consumer that
+	// receives it has processed it: so ledger's relay has published it.
+	t.Run("the auditor sees billing and ledger receive every event", func(t *testing.T) {
 		runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
 			"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
 	})
@@ -128,19 +136,22 @@ func modulePatterns(t *testing.T, dir string) []string {
 	for _, m := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
 		pkgs = append(pkgs, "./"+m[1]+"/...")
 	}
-	if !slices.Contains(pkgs, "./services/billing/...") {
-		t.Fatalf("go.work of the fork lists %v, without billing", pkgs)
+	if !slices.Contains(pkgs, "./services/billing/...") || !slices.Contains(pkgs, "./services/ledger/...") {
+		t.Fatalf("go.work of the fork lists %v, without billing or ledger", pkgs)
 	}
 	return pkgs
 }
 
-// TestRefuses: a bad name or kind and a service the registry has, before writing.
+// TestRefuses: a bad name or kind (producer included), a service the registry has,
+// and a -like or -like-producer the registry does not have as such, before writing.
 func TestRefuses(t *testing.T) {
 	for _, o := range []Options{
 		{Name: "Billing", Kind: "consumer", Like: "shipping"},
 		{Name: "billing", Kind: "publisher", Like: "shipping"},
 		{Name: "shipping", Kind: "consumer", Like: "shipping"},
 		{Name: "billing", Kind: "consumer", Like: "nobody"},
+		{Name: "billing", Kind: "producer", Like: "shipping", LikeProducer: "stock"},
+		{Name: "billing", Kind: "both", Like: "shipping", LikeProducer: "shipping"},
 	} {
 		o.Root = t.TempDir()
 		if _, err := Add(o); err == nil {
