@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
@@ -39,44 +38,7 @@ func TestEightConsumersRaceOverTripledMessages(t *testing.T) {
 	if err := s.sys.Stock.Stop(settle); err != nil {
 		t.Fatalf("stop stock: %v", err)
 	}
-	stocks := make([]*system.Process, processes)
-	for n := range stocks {
-		addr, err := system.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := s.sys.Stock
-		stocks[n] = &system.Process{
-			Name: fmt.Sprintf("stock-%d", n+1),
-			Bin:  p.Bin,
-			Args: p.Args,
-			Env:  append(append([]string{}, p.Env...), "HTTP_ADDR="+addr, "STOCK_WORKERS=4"),
-			Addr: addr,
-			Log:  p.Log,
-		}
-	}
-	t.Cleanup(func() {
-		for _, p := range stocks {
-			if err := p.Stop(settle); err != nil {
-				t.Errorf("stop %s: %v", p.Name, err)
-			}
-			if out := p.Output(); strings.Contains(out, "WARNING: DATA RACE") {
-				t.Errorf("%s reported a data race:\n%s", p.Name, raceReport(out))
-			} else if t.Failed() {
-				t.Logf("last output of %s:\n%s", p.Name, tail(out, 30))
-			}
-		}
-	})
-	for _, p := range stocks {
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range stocks {
-		if err := p.WaitReady(ctx); err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
-		}
-	}
+	stocks := s.copies(ctx, s.sys.Stock, processes, "STOCK_WORKERS=4")
 
 	rows, err := s.dbs.Order.Query(ctx, `SELECT id::text, event_name, envelope::text FROM outbox ORDER BY occurred_at, id`)
 	if err != nil {

@@ -114,11 +114,12 @@ type Decision struct {
 // Confirmed reports whether stock holds every line of the order.
 func (d Decision) Confirmed() bool { return d.Won && len(d.Short) == 0 }
 
-// placeOrders is upsertStatus for many orders of one round (no order twice), in
-// order id order so that concurrent transactions lock the rows in one order.
-const placeOrders = `
+// upsertStatuses is upsertStatus for many orders of one round (no order twice), all
+// moving to status $3, in order id order so that concurrent transactions lock the
+// rows in one order.
+const upsertStatuses = `
 INSERT INTO order_status AS s (order_id, status, version, updated_at)
-SELECT c.order_id, 'placed', c.version, now()
+SELECT c.order_id, $3, c.version, now()
 FROM unnest($1::uuid[], $2::int[]) AS c(order_id, version)
 ORDER BY c.order_id
 ON CONFLICT (order_id) DO UPDATE
@@ -163,7 +164,7 @@ func ApplyPlaced(ctx context.Context, tx pgx.Tx, ps []Placed) (ds []Decision, er
 			orders[k], versions[k] = pgUUID(ps[n].Change.OrderID), int32(ps[n].Change.Version)
 		}
 		if err := collectWinners(ctx, tx, round, won, func(n int) uuid.UUID { return ps[n].Change.OrderID },
-			placeOrders, orders, versions); err != nil {
+			upsertStatuses, orders, versions, "placed"); err != nil {
 			return nil, fmt.Errorf("place %d orders: %w", len(round), err)
 		}
 		var ids []uuid.UUID
@@ -280,17 +281,6 @@ func level(product uuid.UUID, onHand, reserved string) (stock.Level, error) {
 	return lv, nil
 }
 
-// cancelOrders is upsertStatus for many orders of one round, as placeOrders.
-const cancelOrders = `
-INSERT INTO order_status AS s (order_id, status, version, updated_at)
-SELECT c.order_id, 'cancelled', c.version, now()
-FROM unnest($1::uuid[], $2::int[]) AS c(order_id, version)
-ORDER BY c.order_id
-ON CONFLICT (order_id) DO UPDATE
-SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
-WHERE s.version < EXCLUDED.version
-RETURNING s.order_id`
-
 // lockReleased locks the stock rows the held tracked reservations of some orders count in,
 // in product id order, before release changes them.
 const lockReleased = `SELECT product_id FROM product_stock
@@ -337,7 +327,7 @@ func ApplyCancelled(ctx context.Context, tx pgx.Tx, cs []stock.StatusChange) (wo
 			orders[k], versions[k] = pgUUID(cs[n].OrderID), int32(cs[n].Version)
 		}
 		if err := collectWinners(ctx, tx, round, won, func(n int) uuid.UUID { return cs[n].OrderID },
-			cancelOrders, orders, versions); err != nil {
+			upsertStatuses, orders, versions, "cancelled"); err != nil {
 			return nil, fmt.Errorf("cancel %d orders: %w", len(round), err)
 		}
 		released := orders[:0]
