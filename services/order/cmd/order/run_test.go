@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
@@ -190,6 +191,9 @@ func TestServeDrivesOrdersOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API is ready before the consumer (ServesWithoutBroker): publish once order's queue
+	// is declared and consumed, or the answer would find no queue bound to its routing key.
+	waitConsumed(t, amqpURL, contracts.QueueOrder)
 	servetest.Publish(t, amqpURL, answer)
 	for deadline := time.Now().Add(60 * time.Second); o.Status != "confirmed"; {
 		if time.Now().After(deadline) {
@@ -478,5 +482,30 @@ func TestServeTakesOrdersWithoutTheBroker(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "broker") {
 		t.Errorf("serve's logs do not mention the unreachable broker:\n%s", logs)
+	}
+}
+
+// waitConsumed waits until queue exists and has a consumer, for 60 s at most.
+func waitConsumed(t *testing.T, amqpURL, queue string) {
+	t.Helper()
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// A passive declare of a missing queue closes the channel: a new one each time.
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		_ = ch.Close()
+		if err == nil && q.Consumers > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s has no consumer after 60 s (%v)", queue, err)
+		}
 	}
 }
