@@ -106,6 +106,14 @@ type ConsumerConfig struct {
 	Probe func(ctx context.Context) error
 	// ProbeTimeout bounds one call of Probe (default 5 s).
 	ProbeTimeout time.Duration
+	// IdleResubscribe is how long a subscription may go without a delivery
+	// before the consumer subscribes again on a new channel (default 30 s;
+	// negative never). It bounds a stall the broker does not report: a
+	// quorum queue deleted and declared again under the same name before
+	// the subscribing channel learnt of the deletion keeps that channel
+	// subscribed, and the broker hands it deliveries it never passes on
+	// (seen on RabbitMQ 3.10).
+	IdleResubscribe time.Duration
 	// RetryConn is the connection the retry copies are published on
 	// (default: the consuming connection). Give it a Connection of its own:
 	// the broker blocks a connection that publishes during a resource alarm,
@@ -149,6 +157,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.ProbeTimeout <= 0 {
 		c.ProbeTimeout = 5 * time.Second
+	}
+	if c.IdleResubscribe == 0 {
+		c.IdleResubscribe = 30 * time.Second
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
@@ -199,6 +210,12 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // exchange come back with the Connection's periodic declaration
 // (Options.RedeclareInterval).
 //
+// A subscription that gets no delivery for ConsumerConfig.IdleResubscribe
+// is replaced by a new one on a new channel, without a log line and without
+// leaving the ready state: an idle queue costs a channel every interval, and
+// a subscription the broker silently stopped serving (see IdleResubscribe)
+// is repaired within it.
+//
 // Delivery is at least once (docs/architecture.md, rule 3): a delivery whose ack is lost
 // with its channel comes again, so handlers must be idempotent (the inbox).
 //
@@ -218,6 +235,7 @@ type Consumer struct {
 	retry    *Publisher
 	running  atomic.Bool
 	acked    atomic.Int64 // deliveries acked, to tell a pause that follows progress
+	received atomic.Int64 // deliveries taken, to tell an idle subscription
 
 	mu       sync.Mutex
 	notReady error // why the consumer is not subscribed, nil when it is
@@ -351,10 +369,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	repaired := false // the last session failed on a missing queue, declared again
 	for {
 		subscribed, err := c.session(ctx, hctx)
-		c.setReady(fmt.Errorf("not subscribed: %w", err))
 		if ctx.Err() != nil {
+			c.setReady(fmt.Errorf("not subscribed: %w", err))
 			return nil
 		}
+		if errors.Is(err, errIdle) {
+			continue
+		}
+		c.setReady(fmt.Errorf("not subscribed: %w", err))
 		if errors.Is(err, ErrClosed) {
 			return fmt.Errorf("amqp consumer %s: %w", c.cfg.Name, err)
 		}
@@ -396,6 +418,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 // which it does when the queue is deleted.
 var errCancelled = errors.New("subscription cancelled by the broker")
 
+// errIdle means the subscription got no delivery for IdleResubscribe.
+var errIdle = errors.New("no delivery within the idle interval")
+
 // session subscribes once on a new channel and runs the workers until ctx
 // ends or the subscription is lost. subscribed reports whether it got as
 // far as consuming.
@@ -433,27 +458,54 @@ func (c *Consumer) session(ctx, hctx context.Context) (subscribed bool, err erro
 	}
 	c.setReady(nil)
 
-	select {
-	case <-ctx.Done():
-		// Stop the flow first so the broker sends nothing new, then let
-		// the in-flight handlers finish and ack on the still-open channel.
-		c.cancel(ch, tag)
-	case e := <-closed:
-		err = errors.New("channel closed")
-		if e != nil {
-			err = fmt.Errorf("channel closed: %w", e)
-		}
-	case <-cancelled:
-		err = fmt.Errorf("%w (consumer tag %s)", errCancelled, tag)
-	case cause := <-unavailable:
-		// Take nothing more; the deliveries left unsettled go back to the
-		// queue as they were when the channel closes below.
-		c.cancel(ch, tag)
-		err = &pauseError{cause: cause}
-	}
+	err = c.wait(ctx, ch, tag, closed, cancelled, unavailable)
 	close(stop)
 	wg.Wait()
 	return true, err
+}
+
+// wait waits until the subscription tag on ch ends and says why: nil when
+// ctx ended, errIdle when no delivery came for IdleResubscribe, a
+// *pauseError when a handler found a dependency unavailable, or the lost
+// channel or the broker's cancel. It cancels the subscription itself in the
+// first three cases.
+func (c *Consumer) wait(ctx context.Context, ch *amqp091.Channel, tag string,
+	closed <-chan *amqp091.Error, cancelled <-chan string, unavailable <-chan error) error {
+	var idle <-chan time.Time
+	if c.cfg.IdleResubscribe > 0 {
+		t := time.NewTicker(c.cfg.IdleResubscribe)
+		defer t.Stop()
+		idle = t.C
+	}
+	seen := c.received.Load()
+	for {
+		select {
+		case <-idle:
+			if now := c.received.Load(); now != seen {
+				seen = now
+				continue
+			}
+			c.cancel(ch, tag)
+			return errIdle
+		case <-ctx.Done():
+			// Stop the flow first so the broker sends nothing new, then let
+			// the in-flight handlers finish and ack on the still-open channel.
+			c.cancel(ch, tag)
+			return nil
+		case e := <-closed:
+			if e != nil {
+				return fmt.Errorf("channel closed: %w", e)
+			}
+			return errors.New("channel closed")
+		case <-cancelled:
+			return fmt.Errorf("%w (consumer tag %s)", errCancelled, tag)
+		case cause := <-unavailable:
+			// Take nothing more; the deliveries left unsettled go back to the
+			// queue as they were when the channel closes.
+			c.cancel(ch, tag)
+			return &pauseError{cause: cause}
+		}
+	}
 }
 
 // cancel ends the subscription tag on ch (basic.cancel), waiting at most
@@ -485,6 +537,7 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 			if !ok {
 				return
 			}
+			c.received.Add(1)
 			d.Acknowledger = acks
 			if cause := c.process(ctx, &d); cause != nil {
 				select {

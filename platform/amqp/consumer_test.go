@@ -302,6 +302,50 @@ func TestConsumerRecreatesADeletedQueue(t *testing.T) {
 	eventually(t, 10*time.Second, "message after re-subscribe", func() bool { return rec.ids()["second-0"] == 1 })
 }
 
+// A queue deleted while other processes keep declaring it (as relays and the
+// consumer's own connection do) is often declared again before the
+// subscribing channel learns of the deletion: RabbitMQ 3.10 then keeps the
+// channel subscribed to the new queue and hands it deliveries it never
+// passes on, and sends no cancel. The consumer gets nothing for
+// IdleResubscribe, subscribes again on a new channel, and the stranded
+// deliveries come back to it.
+func TestConsumerResubscribesWhenTheBrokerStopsServingIt(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	conn := dialTest(t, topo)
+	rec := &recorder{}
+	startConsumer(t, conn, ConsumerConfig{Queue: topo.Queues[0].Name, RetryDelays: topo.Queues[0].RetryDelays,
+		IdleResubscribe: time.Second}, rec.handle)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for range 6 {
+		declarer := dialTestOptions(t, topo, Options{RedeclareInterval: -1})
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = declarer.Redeclare(ctx)
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	pub := NewPublisher(conn, topo.Exchange)
+	defer pub.Close()
+	raw := rawChannel(t)
+	for i := range 5 {
+		if i > 0 {
+			if _, err := raw.QueueDelete(topo.Queues[0].Name, false, false, false); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		round := "round" + itoa(i)
+		if n, err := pub.PublishBatch(t.Context(), messages(3, round), 10*time.Second); err != nil {
+			t.Fatalf("publish: confirmed %d: %v", n, err)
+		}
+		eventually(t, 10*time.Second, round+" consumed", func() bool { return rec.ids()[round+"-2"] == 1 })
+	}
+}
+
 // The queue is missing when the consumer subscribes (404 NOT_FOUND): the
 // consumer declares it instead of failing in a loop, and is ready only once
 // it is subscribed.
