@@ -29,6 +29,19 @@ func (s Service) contract() contracts.Consumer {
 	return c
 }
 
+// Commands are the consumer's four commands, in the order its help lists
+// them: serve (with the service's handlers and routes), migrate, purge-inbox
+// and dlq. getenv reads the environment, stdout takes a command's output and
+// stderr its JSON log lines.
+func (s Service) Commands(getenv func(string) string, stdout, stderr io.Writer, handlers Handlers, routes Routes) []cli.Command {
+	return []cli.Command{
+		s.ServeCommand(getenv, stderr, handlers, routes),
+		s.MigrateCommand(getenv, stderr),
+		s.PurgeInboxCommand(getenv, stdout),
+		s.DLQCommand(getenv, stdout, stderr),
+	}
+}
+
 // MigrateCommand is `<name> migrate`: it creates the service's database if it is
 // missing and applies Service.Schema (the platform's sets it uses, then its own),
 // logging each one and the outcome as JSON on stderr (migrate.Apply); running it

@@ -11,7 +11,6 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
-	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
@@ -41,12 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		api.New(store.New(pool, w), logger, reg).Routes(router)
 		return router
 	}
-	commands := []cli.Command{
-		service.ServeCommand(getenv, stderr, handlers, consumerapp.Routes(routes)),
-		service.MigrateCommand(getenv, stderr),
-		service.PurgeInboxCommand(getenv, stdout),
-		service.DLQCommand(getenv, stdout, stderr),
-	}
+	commands := service.Commands(getenv, stdout, stderr, handlers, routes)
 	return cli.Program{
 		Name: name,
 		Summary: "the order service: orders over HTTP, stock's answers from " + contracts.QueueOrder +

@@ -29,14 +29,9 @@ const name = events.Consumer
 // (events.Register) and routes.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return cli.Program{
-		Name:    name,
-		Summary: "keeps each order's status and shipment from the order events on " + contracts.QueueShipping,
-		Commands: []cli.Command{
-			service.ServeCommand(getenv, stderr, events.Register, routes),
-			service.MigrateCommand(getenv, stderr),
-			service.PurgeInboxCommand(getenv, stdout),
-			service.DLQCommand(getenv, stdout, stderr),
-		},
+		Name:     name,
+		Summary:  "keeps each order's status and shipment from the order events on " + contracts.QueueShipping,
+		Commands: service.Commands(getenv, stdout, stderr, events.Register, routes),
 	}.Run(ctx, args, stdout)
 }
 

@@ -37,12 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	answers := outbox.NewWriter(validator, contracts.ProducerStock)
 	handlers := func(ib *inbox.Inbox, logger *slog.Logger) { events.Register(ib, answers, logger) }
-	commands := []cli.Command{
-		service.ServeCommand(getenv, stderr, handlers, routes),
-		service.MigrateCommand(getenv, stderr),
-		service.PurgeInboxCommand(getenv, stdout),
-		service.DLQCommand(getenv, stdout, stderr),
-	}
+	commands := service.Commands(getenv, stdout, stderr, handlers, routes)
 	return cli.Program{
 		Name: name,
 		Summary: "reserves stock for placed orders from the order events on " + contracts.QueueStock +
