@@ -1,3 +1,5 @@
+//go:build drills
+
 package e2e_test
 
 import (
@@ -167,6 +169,8 @@ func (s *steps) run(t *testing.T, r *fault.Rig, name string, fn func(t *testing.
 
 // ledgers collects every scenario's ledger for the suite's summary line.
 var ledgers ledgerLog
+
+func init() { afterSuite = append(afterSuite, ledgers.summary) }
 
 type ledgerLog struct {
 	mu    sync.Mutex

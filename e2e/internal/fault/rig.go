@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,6 +187,30 @@ func (r *Rig) Process(name string) *system.Process {
 		}
 	}
 	return nil
+}
+
+// ReplayOutbox runs `<producer> replay-outbox` over [since, until] on the
+// producer's database, for every producer of the registry, and returns what
+// they printed; the relays publish the rows again and the inboxes skip what
+// was applied (docs/operations.md).
+func (r *Rig) ReplayOutbox(ctx context.Context, since, until time.Time) (string, error) {
+	urls := map[string]string{"order": r.cfg.OrderDBURL, "stock": r.cfg.StockDBURL}
+	var out strings.Builder
+	for _, p := range contracts.Producers() {
+		relay := r.Process(p.Name + "-relay")
+		if relay == nil || urls[p.Name] == "" {
+			return out.String(), fmt.Errorf("replay: no relay or database for producer %s", p.Name)
+		}
+		cmd := exec.CommandContext(ctx, relay.Bin, "replay-outbox",
+			"--since", since.UTC().Format(time.RFC3339Nano), "--until", until.UTC().Format(time.RFC3339Nano))
+		cmd.Env = append(os.Environ(), strings.ToUpper(p.Name)+"_DATABASE_URL="+urls[p.Name])
+		b, err := cmd.CombinedOutput()
+		out.Write(b)
+		if err != nil {
+			return out.String(), fmt.Errorf("%s replay-outbox: %w", p.Name, err)
+		}
+	}
+	return out.String(), nil
 }
 
 // Leader returns the relay process whose relay_leader gauge is 1, waiting
