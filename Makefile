@@ -96,7 +96,7 @@ down:
 ## compose-test: docker-compose.yml run for real: up, orders through the published ports, the live page, the ledger, the demo, a relay crash, down
 # deploy/compose-test.sh starts dockerd, builds the compose tool and the base images
 # this machine cannot pull when they are missing, then runs the test on its own ports.
-compose-test:
+compose-test: tools
 	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 45m ./e2e/composeup/
 
 ## fork: copy the repository to DIR under MODULE and NAME (docs/fork.md), e.g. make fork MODULE=github.com/acme/orders NAME=acme
