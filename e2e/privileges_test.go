@@ -148,7 +148,8 @@ func TestDatabaseRolesAreLimited(t *testing.T) {
 
 // TestBrokerUsersAreLimited gives the users of deploy/rabbitmq/definitions.json their
 // permissions on a fresh vhost: each declares its own part of the topology, but stock
-// cannot publish to app.events and order-relay cannot consume stock.events.
+// cannot publish to app.events, a relay cannot publish another producer's events, and
+// order-relay cannot consume stock.events.
 func TestBrokerUsersAreLimited(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t)
@@ -202,6 +203,14 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 			t.Errorf("%s %s: err = %v, want ACCESS_REFUSED", user, what, err)
 		}
 	}
+	refused("stock-relay", "publishing order's event", func(ch *amqp091.Channel) error {
+		return ch.PublishWithContext(ctx, contracts.Exchange, contracts.EventOrderPlaced, false, false,
+			amqp091.Publishing{Body: []byte(`{}`)})
+	})
+	refused("order-relay", "publishing stock's answer", func(ch *amqp091.Channel) error {
+		return ch.PublishWithContext(ctx, contracts.Exchange, contracts.EventStockReservationConfirmed, false, false,
+			amqp091.Publishing{Body: []byte(`{}`)})
+	})
 	refused("stock", "publishing to app.events", func(ch *amqp091.Channel) error {
 		return ch.PublishWithContext(ctx, contracts.Exchange, contracts.EventOrderPlaced, false, false,
 			amqp091.Publishing{Body: []byte(`{}`)})

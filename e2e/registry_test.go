@@ -303,9 +303,32 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 			t.Errorf("definitions.json: user %s may not write to %s", c.Name, c.DeadLetterQueue)
 		}
 	}
+	topic := map[string]*regexp.Regexp{} // user -> routing keys it may publish to the exchange
+	for _, u := range users {
+		for _, tp := range u.Topic {
+			if tp.Exchange == contracts.Exchange {
+				if topic[u.Name], err = regexp.Compile(tp.Write); err != nil {
+					t.Fatalf("definitions.json: topic permission of %s: %v", u.Name, err)
+				}
+			}
+		}
+	}
 	for _, prod := range contracts.Producers() {
-		if p := perms[system.RelayName(prod.Name)]; !p[1].MatchString(contracts.Exchange) {
-			t.Errorf("definitions.json: user %s may not write to %s", system.RelayName(prod.Name), contracts.Exchange)
+		user := system.RelayName(prod.Name)
+		if p := perms[user]; !p[1].MatchString(contracts.Exchange) {
+			t.Errorf("definitions.json: user %s may not write to %s", user, contracts.Exchange)
+		}
+		keys := topic[user]
+		if keys == nil {
+			t.Errorf("definitions.json: user %s has no topic permission on %s, so it may publish any event", user, contracts.Exchange)
+			continue
+		}
+		for _, other := range contracts.Producers() {
+			for _, ev := range other.Events {
+				if mine := other.Name == prod.Name; keys.MatchString(ev) != mine {
+					t.Errorf("definitions.json: topic permission of %s: publishing %s allowed = %v, want %v", user, ev, !mine, mine)
+				}
+			}
 		}
 	}
 }

@@ -107,7 +107,11 @@ func (a *adder) producerEdits() {
 		if err != nil {
 			return "", err
 		}
-		return cloneObject(s, `      "user": "`+p+`-relay",`, relay)
+		if s, err = cloneObject(s, `      "user": "`+p+`-relay",`, relay); err != nil {
+			return "", err
+		}
+		// The topic permission: the routing keys (event names) the relay may publish.
+		return cloneObject(s, `      "write": "^`+p+`\\.",`, relay)
 	})
 	k8s := "deploy/k8s/"
 	if b, err := os.ReadFile(filepath.Join(a.root, k8s, p+"-relay.yaml")); err != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 // BrokerUsers reads a RabbitMQ definitions file (deploy/rabbitmq/definitions.json)
-// and returns its users other than guest with their permissions on the "/" vhost,
+// and returns its users other than guest with their permissions and topic
+// permissions on the "/" vhost,
 // to be given on another vhost. Their password is their name (local servers only).
 // It fails when the file is unreadable or its users are not exactly those of the
 // registry: "<producer>-relay" for each producer (RelayName) and one per consumer
@@ -25,6 +26,9 @@ func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 		Permissions []struct {
 			User, Vhost, Configure, Write, Read string
 		}
+		TopicPermissions []struct {
+			User, Vhost, Exchange, Write, Read string
+		} `json:"topic_permissions"`
 	}
 	if err := json.Unmarshal(raw, &defs); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -33,8 +37,13 @@ func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	var out []rabbitadmin.User
 	for _, p := range defs.Permissions {
 		if p.User != "guest" && p.Vhost == "/" {
-			out = append(out, rabbitadmin.User{Name: p.User, Password: p.User,
-				Configure: p.Configure, Write: p.Write, Read: p.Read})
+			u := rabbitadmin.User{Name: p.User, Password: p.User, Configure: p.Configure, Write: p.Write, Read: p.Read}
+			for _, tp := range defs.TopicPermissions {
+				if tp.User == p.User && tp.Vhost == "/" {
+					u.Topic = append(u.Topic, rabbitadmin.TopicPermission{Exchange: tp.Exchange, Write: tp.Write, Read: tp.Read})
+				}
+			}
+			out = append(out, u)
 			got = append(got, p.User)
 		}
 	}

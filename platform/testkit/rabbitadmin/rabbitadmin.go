@@ -346,15 +346,24 @@ func erlangBinaries(names []string) string {
 }
 
 // User is a broker user with its permissions on one virtual host: configure, write
-// and read are the regular expressions of RabbitMQ's permission model.
+// and read are the regular expressions of RabbitMQ's permission model, Topic its
+// topic permissions (none: every routing key).
 type User struct {
 	Name, Password         string
 	Configure, Write, Read string
+	Topic                  []TopicPermission
+}
+
+// TopicPermission limits the routing keys a user may publish with (Write) and
+// bind with (Read) on the topic exchange Exchange: regular expressions.
+type TopicPermission struct {
+	Exchange, Write, Read string
 }
 
 // AddUsers creates each user that is missing (users are node-wide; an existing one
-// keeps its tags), sets its password, and sets its permissions on the virtual host
-// vhost. Without the management API it does them all in one `rabbitmqctl eval`.
+// keeps its tags), sets its password, and sets its permissions and topic
+// permissions on the virtual host vhost. Without the management API it does them
+// all in one `rabbitmqctl eval`.
 func (a *Admin) AddUsers(ctx context.Context, vhost string, users []User) error {
 	if a.management != "" {
 		for _, u := range users {
@@ -367,20 +376,33 @@ func (a *Admin) AddUsers(ctx context.Context, vhost string, users []User) error 
 			if err := a.call(ctx, http.MethodPut, "/api/permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(u.Name), body); err != nil {
 				return fmt.Errorf("set permissions of %s: %w", u.Name, err)
 			}
+			for _, tp := range u.Topic {
+				body = fmt.Sprintf(`{"exchange":%s,"write":%s,"read":%s}`,
+					strconv.Quote(tp.Exchange), strconv.Quote(tp.Write), strconv.Quote(tp.Read))
+				if err := a.call(ctx, http.MethodPut, "/api/topic-permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(u.Name), body); err != nil {
+					return fmt.Errorf("set topic permissions of %s on %s: %w", u.Name, tp.Exchange, err)
+				}
+			}
 		}
 		return nil
 	}
 	tuples := make([]string, len(users))
 	for i, u := range users {
+		topics := make([]string, len(u.Topic))
+		for j, tp := range u.Topic {
+			topics[j] = "{" + strings.Join([]string{erlangBinary(tp.Exchange), erlangBinary(tp.Write), erlangBinary(tp.Read)}, ", ") + "}"
+		}
 		tuples[i] = "{" + strings.Join([]string{erlangBinary(u.Name), erlangBinary(u.Password),
-			erlangBinary(u.Configure), erlangBinary(u.Write), erlangBinary(u.Read)}, ", ") + "}"
+			erlangBinary(u.Configure), erlangBinary(u.Write), erlangBinary(u.Read), "[" + strings.Join(topics, ", ") + "]"}, ", ") + "}"
 	}
 	acting := erlangBinary(a.user)
-	code := fmt.Sprintf(`lists:foreach(fun({U, P, C, W, R}) -> `+
+	code := fmt.Sprintf(`lists:foreach(fun({U, P, C, W, R, T}) -> `+
 		`case rabbit_auth_backend_internal:lookup_user(U) of {ok, _} -> ok; `+
 		`_ -> catch rabbit_auth_backend_internal:add_user(U, P, %[1]s) end, `+
 		`ok = rabbit_auth_backend_internal:change_password(U, P, %[1]s), `+
-		`ok = rabbit_auth_backend_internal:set_permissions(U, %[2]s, C, W, R, %[1]s) end, [%[3]s]), ok.`,
+		`ok = rabbit_auth_backend_internal:set_permissions(U, %[2]s, C, W, R, %[1]s), `+
+		`lists:foreach(fun({X, TW, TR}) -> ok = rabbit_auth_backend_internal:set_topic_permissions(U, %[2]s, X, TW, TR, %[1]s) end, T) `+
+		`end, [%[3]s]), ok.`,
 		acting, erlangBinary(vhost), strings.Join(tuples, ", "))
 	if err := rabbitmqctl(ctx, "eval", code); err != nil {
 		return fmt.Errorf("add %d users to %s: %w", len(users), vhost, err)
