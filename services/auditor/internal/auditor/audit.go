@@ -328,7 +328,9 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 	return a.copies(ctx)
 }
 
-// producerCycle runs the three passes over producer's outbox.
+// producerCycle runs the three passes over producer's outbox (forward, window,
+// findings), then sets its lag: how long the oldest event past the forward pass's
+// cursor has waited.
 func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Time) error {
 	settled := now.Add(-a.cfg.Grace)
 	a.mu.Lock()
@@ -336,11 +338,39 @@ func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Tim
 	cursor, recheck := pos.cursor, pos.recheck
 	a.mu.Unlock()
 
-	// Forward pass.
+	cursor, err := a.forwardPass(ctx, producer, pos, cursor, settled, now)
+	if err != nil {
+		return err
+	}
+	if err := a.windowPass(ctx, producer, pos, recheck, cursor, settled, now); err != nil {
+		return err
+	}
+	if err := a.findingsPass(ctx, producer, now); err != nil {
+		return err
+	}
+	lag := 0.0
+	at, ok, err := a.st.FirstAfter(ctx, producer, cursor)
+	if err != nil {
+		return err
+	}
+	if ok {
+		lag = max(now.Sub(at).Seconds(), 0)
+	}
+	a.lag.WithLabelValues(producer).Set(lag)
+	a.mu.Lock()
+	pos.lag = lag
+	a.mu.Unlock()
+	return nil
+}
+
+// forwardPass checks the events published before settled that follow cursor, at
+// most PagesPerCycle pages, in id order, stopping at the first one that is not yet
+// settled; it moves pos's cursor past what it checked and returns the new cursor.
+func (a *Audit) forwardPass(ctx context.Context, producer string, pos *position, cursor uuid.UUID, settled, now time.Time) (uuid.UUID, error) {
 	for range a.cfg.PagesPerCycle {
 		rows, err := a.st.OutboxPage(ctx, producer, cursor, maxID(settled), a.cfg.PageSize)
 		if err != nil {
-			return err
+			return cursor, err
 		}
 		n := 0
 		for _, r := range rows {
@@ -351,7 +381,7 @@ func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Tim
 		}
 		if n > 0 {
 			if err := a.check(ctx, rows[:n], now); err != nil {
-				return err
+				return cursor, err
 			}
 			cursor = rows[n-1].ID
 			a.mu.Lock()
@@ -364,8 +394,13 @@ func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Tim
 			break
 		}
 	}
+	return cursor, nil
+}
 
-	// Window pass: part of the window per cycle, wrapping to its start.
+// windowPass checks again the settled events of the last Window behind cursor,
+// PagesPerCycle pages a cycle from where the previous cycle stopped (recheck),
+// wrapping to the window's start once it reaches cursor.
+func (a *Audit) windowPass(ctx context.Context, producer string, pos *position, recheck, cursor uuid.UUID, settled, now time.Time) error {
 	start := minID(now.Add(-a.cfg.Window))
 	if compare(recheck, start) < 0 || compare(recheck, cursor) >= 0 {
 		recheck = start
@@ -392,6 +427,15 @@ func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Tim
 	}
 	a.mu.Lock()
 	pos.recheck = recheck
+	a.mu.Unlock()
+	return nil
+}
+
+// findingsPass checks every finding of producer again by id (at most
+// maxRecheckFindings): those older than the window are checked nowhere else, and
+// one whose outbox row was purged is forgotten, wherever it lies.
+func (a *Audit) findingsPass(ctx context.Context, producer string, now time.Time) error {
+	a.mu.Lock()
 	var old []uuid.UUID
 	for id, f := range a.findings {
 		if f.Producer == producer && len(old) < maxRecheckFindings {
@@ -399,32 +443,17 @@ func (a *Audit) producerCycle(ctx context.Context, producer string, now time.Tim
 		}
 	}
 	a.mu.Unlock()
-
-	// Every finding, by id: those older than the window are checked nowhere else, and
-	// one whose outbox row was purged is forgotten, wherever it lies.
-	if len(old) > 0 {
-		rows, err := a.st.OutboxByIDs(ctx, producer, old)
-		if err != nil {
-			return err
-		}
-		if err := a.check(ctx, rows, now); err != nil {
-			return err
-		}
-		a.forgetMissing(old, rows)
+	if len(old) == 0 {
+		return nil
 	}
-
-	lag := 0.0
-	at, ok, err := a.st.FirstAfter(ctx, producer, cursor)
+	rows, err := a.st.OutboxByIDs(ctx, producer, old)
 	if err != nil {
 		return err
 	}
-	if ok {
-		lag = max(now.Sub(at).Seconds(), 0)
+	if err := a.check(ctx, rows, now); err != nil {
+		return err
 	}
-	a.lag.WithLabelValues(producer).Set(lag)
-	a.mu.Lock()
-	pos.lag = lag
-	a.mu.Unlock()
+	a.forgetMissing(old, rows)
 	return nil
 }
 
