@@ -16,6 +16,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/e2e/internal/system"
 )
 
 // rabbitBin is where the Debian and RPM packages keep the RabbitMQ scripts
@@ -159,13 +161,17 @@ func (n *Node) Stop() {
 	os.RemoveAll(n.dir)
 }
 
+// freePort is a port of system.FreeAddr.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := system.FreeAddr()
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(port)
 }
 
 func tailLines(s string, n int) string {
