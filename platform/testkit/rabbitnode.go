@@ -3,7 +3,6 @@ package testkit
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,15 +127,14 @@ func rabbitBinaries() (server, ctl string, err error) {
 	return server, ctl, nil
 }
 
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+// freePort is FreePort, failing t.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := FreePort()
 	if err != nil {
-		t.Fatalf("testkit: free port: %v", err)
+		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // Start boots the node when it is stopped and waits until it runs; its

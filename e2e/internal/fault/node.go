@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/testkit"
 )
 
 // rabbitBin is where the Debian and RPM packages keep the RabbitMQ scripts
@@ -161,18 +160,7 @@ func (n *Node) Stop() {
 	os.RemoveAll(n.dir)
 }
 
-// freePort is a port of system.FreeAddr.
-func freePort() (int, error) {
-	addr, err := system.FreeAddr()
-	if err != nil {
-		return 0, err
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(port)
-}
+func freePort() (int, error) { return testkit.FreePort() }
 
 func tailLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

@@ -10,16 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"example.com/shop/platform/testkit"
 )
 
 // Process is one running binary with its subcommand and environment. Its
@@ -212,45 +210,6 @@ func (pw prefixWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago
-// and that no earlier call returned. The port lies below the kernel's
-// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768 when it
-// cannot be read): a port from that range can become the local end of any
-// outgoing connection before the process meant to listen on it starts, which
-// then fails with "address already in use".
-func FreeAddr() (string, error) {
-	const lowest = 10000
-	high := ephemeralLow()
-	if high <= lowest {
-		return "", fmt.Errorf("free address: the ephemeral range starts at %d, no port below it above %d", high, lowest)
-	}
-	for range 200 {
-		port := lowest + rand.IntN(high-lowest)
-		if _, taken := handedOut.LoadOrStore(port, true); taken {
-			continue
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		_ = ln.Close()
-		return ln.Addr().String(), nil
-	}
-	return "", fmt.Errorf("free address: no free port in [%d, %d) after 200 tries", lowest, high)
-}
-
-// handedOut holds every port FreeAddr returned in this process.
-var handedOut sync.Map
-
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				return n
-			}
-		}
-	}
-	return 32768
-}
+// FreeAddr is testkit.FreeAddr: a 127.0.0.1 address whose port was free a
+// moment ago, below the ephemeral range and never handed out twice.
+func FreeAddr() (string, error) { return testkit.FreeAddr() }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -193,13 +192,12 @@ func Get(t testing.TB, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// freeAddr returns a local TCP address that was free a moment ago.
+// freeAddr is testkit.FreeAddr, failing t.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testkit.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
+	return addr
 }
