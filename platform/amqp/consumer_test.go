@@ -637,6 +637,11 @@ func TestConsumerLogsEachFailureOnceWithItsEvent(t *testing.T) {
 	msg := messages(1, "named")[0]
 	publishAll(t, conn, topo.Exchange, []Message{msg})
 	getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
+	// The consumer logs the dead letter once the broker confirmed the copy,
+	// which may be after the copy is already in the queue.
+	eventually(t, 10*time.Second, "the dead-letter line", func() bool {
+		return strings.Contains(logs.String(), `"msg":"dead-lettered"`)
+	})
 	var lines []string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
