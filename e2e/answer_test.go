@@ -506,7 +506,7 @@ func (s *testSystem) copies(ctx context.Context, p *system.Process, n int, env .
 	t.Helper()
 	ps := make([]*system.Process, n)
 	for i := range ps {
-		addr, err := system.FreeAddr()
+		addr, err := testkit.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}

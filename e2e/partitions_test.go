@@ -65,7 +65,7 @@ func newRelayRig(t *testing.T) *relayRig {
 // to partitions and extra KEY=VALUE settings.
 func (r *relayRig) relay(name string, partitions int, extra ...string) *system.Process {
 	r.t.Helper()
-	addr, err := system.FreeAddr()
+	addr, err := testkit.FreeAddr()
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
 )
 
 // measureConsumer measures, for DefaultWorkers and then TunedWorkers: the
@@ -259,7 +260,7 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
 		return 0, cpu, err
 	}
-	addr, err := system.FreeAddr()
+	addr, err := testkit.FreeAddr()
 	if err != nil {
 		return 0, cpu, err
 	}

@@ -19,6 +19,7 @@ import (
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
+	"example.com/shop/platform/testkit"
 )
 
 // relayPartitions and relayProcesses span the relay matrix: every
@@ -174,7 +175,7 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 		}
 	}()
 	for i := range procs {
-		addr, err := system.FreeAddr()
+		addr, err := testkit.FreeAddr()
 		if err != nil {
 			return relayRun{}, err
 		}

@@ -45,8 +45,8 @@ func StartNode(ctx context.Context) (*Node, error) {
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	amqpPort, err1 := freePort()
-	distPort, err2 := freePort()
+	amqpPort, err1 := testkit.FreePort()
+	distPort, err2 := testkit.FreePort()
 	cookie := make([]byte, 16)
 	_, _ = rand.Read(cookie)
 	if err := errors.Join(err1, err2,
@@ -159,8 +159,6 @@ func (n *Node) Stop() {
 	n.cmd = nil
 	os.RemoveAll(n.dir)
 }
-
-func freePort() (int, error) { return testkit.FreePort() }
 
 func tailLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

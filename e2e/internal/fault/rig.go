@@ -189,21 +189,20 @@ func (r *Rig) Process(name string) *system.Process {
 	return nil
 }
 
-// ReplayOutbox runs `<producer> replay-outbox` over [since, until] on the
-// producer's database, for every producer of the registry, and returns what
-// they printed; the relays publish the rows again and the inboxes skip what
-// was applied (docs/operations.md).
+// ReplayOutbox runs `<producer> replay-outbox` over [since, until], for every
+// producer of the registry, with its relay's environment (its database), and
+// returns what they printed; the relays publish the rows again and the inboxes
+// skip what was applied (docs/operations.md).
 func (r *Rig) ReplayOutbox(ctx context.Context, since, until time.Time) (string, error) {
-	urls := map[string]string{"order": r.cfg.OrderDBURL, "stock": r.cfg.StockDBURL}
 	var out strings.Builder
 	for _, p := range contracts.Producers() {
-		relay := r.Process(p.Name + "-relay")
-		if relay == nil || urls[p.Name] == "" {
-			return out.String(), fmt.Errorf("replay: no relay or database for producer %s", p.Name)
+		relay := r.Process(system.RelayName(p.Name))
+		if relay == nil {
+			return out.String(), fmt.Errorf("replay: no relay process for producer %s", p.Name)
 		}
 		cmd := exec.CommandContext(ctx, relay.Bin, "replay-outbox",
 			"--since", since.UTC().Format(time.RFC3339Nano), "--until", until.UTC().Format(time.RFC3339Nano))
-		cmd.Env = append(os.Environ(), strings.ToUpper(p.Name)+"_DATABASE_URL="+urls[p.Name])
+		cmd.Env = append(os.Environ(), relay.Env...)
 		b, err := cmd.CombinedOutput()
 		out.Write(b)
 		if err != nil {

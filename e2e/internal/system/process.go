@@ -16,8 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"example.com/shop/platform/testkit"
 )
 
 // Process is one running binary with its subcommand and environment. Its
@@ -209,7 +207,3 @@ func (pw prefixWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-// FreeAddr is testkit.FreeAddr: a 127.0.0.1 address whose port was free a
-// moment ago, below the ephemeral range and never handed out twice.
-func FreeAddr() (string, error) { return testkit.FreeAddr() }

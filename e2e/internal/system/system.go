@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/testkit"
 )
 
 // Config says where the binaries are and which servers the system uses.
@@ -140,7 +141,7 @@ func (s *System) process(name, bin string, args ...string) (*Process, error) {
 	addr := s.cfg.Addrs[name]
 	if addr == "" {
 		var err error
-		if addr, err = FreeAddr(); err != nil {
+		if addr, err = testkit.FreeAddr(); err != nil {
 			return nil, fmt.Errorf("%s: free port: %w", name, err)
 		}
 	}
