@@ -14,12 +14,12 @@ import (
 const PurgeChunk = 5000
 
 // purgeChunk deletes at most $3 keys of consumer $1 (all consumers when $1 is ”)
-// processed before $2, oldest first.
+// processed before $2, in table order: the BRIN index on processed_at narrows the
+// scan to the old block ranges, and no sort reads every old key for each chunk.
 const purgeChunk = `DELETE FROM processed_event p
 USING (
     SELECT consumer, message_key FROM processed_event
     WHERE ($1 = '' OR consumer = $1) AND processed_at < $2
-    ORDER BY processed_at
     LIMIT $3
 ) old
 WHERE p.consumer = old.consumer AND p.message_key = old.message_key`

@@ -87,6 +87,7 @@ func (e *env) growConsumer(ctx context.Context) error {
 	}
 	defer pool.Close()
 	old := time.Now().Add(-30 * 24 * time.Hour)
+	var keysFrom time.Time
 	last := s.GrowthRows[len(s.GrowthRows)-1]
 	for i, rows := range s.GrowthRows {
 		have, err := count(ctx, pool, `SELECT count(*) FROM processed_event`)
@@ -94,27 +95,35 @@ func (e *env) growConsumer(ctx context.Context) error {
 			return err
 		}
 		start := time.Now()
-		if err := fillProcessedEvents(ctx, pool, old.Add(time.Duration(have)*time.Millisecond), rows-have); err != nil {
+		// The new keys sort after every key already there, as the keys of a
+		// running consumer arrive: filling in behind the keys of the last run
+		// would split the primary key's pages in half and measure that.
+		keysFrom = later(keysFrom, start)
+		if err := fillProcessedEvents(ctx, pool, keysFrom, old.Add(time.Duration(have)*time.Millisecond), rows-have); err != nil {
 			return err
 		}
+		keysFrom = keysFrom.Add(time.Duration(rows-have+1) * time.Millisecond)
 		if err := settle(ctx, pool, "processed_event"); err != nil {
 			return err
 		}
 		e.progress("   processed_event grown to %d rows in %s", rows, time.Since(start).Round(100*time.Millisecond))
 		if rows == last {
-			var size int64
-			if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('processed_event')`).Scan(&size); err != nil {
+			var size, heap, pkey int64
+			if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('processed_event'),
+	pg_relation_size('processed_event'), pg_relation_size('processed_event_pkey')`).Scan(&size, &heap, &pkey); err != nil {
 				return err
 			}
-			perMillion := float64(size) / float64(rows) * 1e6 / (1 << 20)
+			mib := func(n int64) float64 { return float64(n) / float64(rows) * 1e6 / (1 << 20) }
+			perMillion := mib(size)
 			e.results.set("processed_event_mib_per_1m", perMillion,
-				fmt.Sprintf("pg_total_relation_size at %d rows, scaled to 1M", rows))
+				fmt.Sprintf("pg_total_relation_size at %d rows, scaled to 1M: table %.1f, primary key %.1f, the rest %.1f MiB",
+					rows, mib(heap), mib(pkey), mib(size-heap-pkey)))
 			e.progress("   %-28s %10.1f MiB", "processed_event_mib_per_1m", perMillion)
 			before, err := uuidLayoutSize(ctx, pool)
 			if err != nil {
 				return err
 			}
-			perMillion = float64(before) / float64(rows) * 1e6 / (1 << 20)
+			perMillion = mib(before)
 			e.results.set("processed_event_uuid_mib_per_1m", perMillion,
 				fmt.Sprintf("the same %d keys in the uuid event_id layout of before the text message_key, scaled to 1M", rows))
 			e.progress("   %-28s %7.1f MiB", "processed_event_uuid_mib_per_1m", perMillion)
@@ -167,4 +176,11 @@ func uuidLayoutSize(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	}
 	_, err := pool.Exec(ctx, `DROP TABLE `+table)
 	return size, err
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -32,7 +32,7 @@ type Result struct {
 // goal is a target on a result's value or on its ratio to the baseline.
 type goal struct {
 	onRatio bool
-	op      string // ">=" or "<"
+	op      string // ">=", "<" or "<="
 	target  float64
 }
 
@@ -52,9 +52,14 @@ func (g goal) met(value float64, ratio *float64) *bool {
 		}
 		v = *ratio
 	}
-	ok := v >= g.target
-	if g.op == "<" {
+	var ok bool
+	switch g.op {
+	case "<":
 		ok = v < g.target
+	case "<=":
+		ok = v <= g.target
+	default:
+		ok = v >= g.target
 	}
 	return &ok
 }
@@ -209,7 +214,8 @@ func specs(s Sizes) []spec {
 	}
 	out = append(out,
 		spec{name: "processed_event_uuid_mib_per_1m", unit: "MiB"},
-		spec{name: "processed_event_mib_per_1m", unit: "MiB", baseline: "processed_event_uuid_mib_per_1m"})
+		spec{name: "processed_event_mib_per_1m", unit: "MiB", baseline: "processed_event_uuid_mib_per_1m",
+			goal: &goal{onRatio: true, op: "<=", target: 1.5}})
 	return out
 }
 

@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS processed_event (
     PRIMARY KEY (consumer, message_key)
 );
 
--- Purges delete by age.
+-- Purges delete by age (00002 replaces this index with a BRIN index).
 CREATE INDEX IF NOT EXISTS processed_event_processed_at_idx ON processed_event (processed_at);
 
 REVOKE ALL ON processed_event FROM {{.app}}, {{.maintenance}};
