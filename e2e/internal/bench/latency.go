@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -59,6 +60,19 @@ const warmupOrders = 20
 // applied), with the CPU per order of each (as shipped only).
 func (e *env) measureLatency(ctx context.Context) error {
 	s := e.cfg.Sizes
+	busy, err := machineBusy(ctx, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	load, _ := LoadAverage()
+	before := fmt.Sprintf("before the run %.2f of %d CPUs busy, load average %.1f", busy, runtime.NumCPU(), load)
+	e.progress("   %s", before)
+	if busy > quietBusyShare*float64(runtime.NumCPU()) {
+		e.progress("!! the machine is busy: the latency goals are not judged")
+		for _, name := range []string{"latency_notify_p50", "latency_notify_p99"} {
+			e.results.unjudge(name, fmt.Sprintf("other work kept %.2f of %d CPUs busy before the run", busy, runtime.NumCPU()))
+		}
+	}
 	for _, notify := range []bool{true, false} {
 		prefix, vhost := "latency_notify_", "latency-notify"
 		if !notify {
@@ -68,7 +82,7 @@ func (e *env) measureLatency(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", vhost, err)
 		}
-		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed", len(run.lat), s.LatencyRate)
+		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed; %s", len(run.lat), s.LatencyRate, before)
 		e.progress("   %s", run.cpu)
 		for _, p := range []struct {
 			name string

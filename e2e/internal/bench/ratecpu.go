@@ -302,3 +302,32 @@ func localPorts() (map[uint64]int, error) {
 	}
 	return out, nil
 }
+
+// quietBusyShare is the largest share of the machine's CPUs that other work
+// may keep busy before a latency run for the run to judge its goals.
+const quietBusyShare = 0.25
+
+// machineBusy returns how many of the machine's CPUs were busy on average
+// (all processes, /proc/stat) over the next window, while the bench itself
+// waits: other work, the load a latency run would compete with.
+func machineBusy(ctx context.Context, window time.Duration) (float64, error) {
+	a, err := readMachineTicks()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(window):
+	}
+	b, err := readMachineTicks()
+	if err != nil {
+		return 0, err
+	}
+	total := float64(b.total - a.total)
+	if total <= 0 {
+		return 0, nil
+	}
+	idle := float64(b.idle-a.idle+b.steal-a.steal) / total
+	return (1 - idle) * float64(runtime.NumCPU()), nil
+}

@@ -18,11 +18,13 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.Ratio != nil {
 			ratio = strconv.FormatFloat(*r.Ratio, 'f', 2, 64)
 		}
-		if r.Met != nil {
+		switch {
+		case r.Met != nil && *r.Met:
+			met = "yes"
+		case r.Met != nil:
 			met = "no"
-			if *r.Met {
-				met = "yes"
-			}
+		case r.Goal != "":
+			met = "not judged"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Name, formatValue(r.Value, r.Unit), r.Unit, r.Baseline, ratio, r.Goal, met)
 	}

@@ -23,7 +23,8 @@ type Result struct {
 	// Goal is the target from the project's issues, e.g. "ratio >= 0.5"
 	// ("" when none).
 	Goal string `json:"goal,omitempty"`
-	// Met reports whether Goal was reached; absent without a goal.
+	// Met reports whether Goal was reached; absent without a goal, and when
+	// the run could not judge it (Note says why: a busy machine).
 	Met *bool `json:"met,omitempty"`
 	// Note says how the number was obtained, in a few words.
 	Note string `json:"note,omitempty"`
@@ -251,6 +252,19 @@ type collector struct {
 	mu     sync.Mutex
 	values map[string]float64
 	notes  map[string]string
+	// unjudged holds why the goal of a name is neither met nor missed.
+	unjudged map[string]string
+}
+
+// unjudge leaves the goal of name unjudged (Met absent), for the reason why,
+// which the note gives.
+func (c *collector) unjudge(name, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unjudged == nil {
+		c.unjudged = map[string]string{}
+	}
+	c.unjudged[name] = why
 }
 
 func (c *collector) set(name string, value float64, note string) {
@@ -289,6 +303,10 @@ func (c *collector) ordered(s Sizes) []Result {
 		if sp.goal != nil {
 			r.Goal = sp.goal.String()
 			r.Met = sp.goal.met(v, r.Ratio)
+			if why, ok := c.unjudged[sp.name]; ok {
+				r.Met = nil
+				r.Note += "; goal not judged: " + why
+			}
 		}
 		out = append(out, r)
 	}
