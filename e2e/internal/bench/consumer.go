@@ -58,7 +58,7 @@ func (e *env) measureConsumer(ctx context.Context) error {
 			return err
 		}
 		var stockCPU cpuSplit
-		rate, stockCPU, err = e.runStock(ctx, dbURL, amqpURL, run.workers, s.ConsumerEvents, nil)
+		rate, stockCPU, err = e.runConsumer(ctx, stockBin, dbURL, amqpURL, run.workers, s.ConsumerEvents, nil)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}
@@ -80,7 +80,7 @@ func (e *env) measureConsumer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rate, stockCPU, err := e.runStock(ctx, dbURL, amqpURL, 0, s.ConsumerEvents, nil)
+	rate, stockCPU, err := e.runConsumer(ctx, stockBin, dbURL, amqpURL, 0, s.ConsumerEvents, nil)
 	if err2 := emptyVhost(amqpURL); err2 != nil {
 		e.progress("   %v", err2)
 	}
@@ -101,7 +101,47 @@ func (e *env) measureConsumer(ctx context.Context) error {
 			"%s / the better of %s and %s", consumerDefaultsName, rawDBName(s.DefaultWorkers), rawDBName(s.TunedWorkers)))
 		e.progress("   %-28s %10.2f x", "stock_consumer_vs_db_ceiling", rate/ceiling)
 	}
+	if err := e.measureShipping(ctx); err != nil {
+		return err
+	}
 	return e.measureTracedConsumer(ctx)
+}
+
+// consumerBin is a service whose consumer a run drains: its binary (and the
+// prefix of its variables), its queue, and the statement that counts the
+// effects of the placed events processed since $1.
+type consumerBin struct{ name, queue, effects, effectName string }
+
+var (
+	stockBin    = consumerBin{"stock", contracts.QueueStock, `SELECT count(*) FROM reservation WHERE created_at >= $1`, "reservations"}
+	shippingBin = consumerBin{"shipping", contracts.QueueShipping, `SELECT count(*) FROM shipment WHERE created_at >= $1`, "shipments"}
+)
+
+// measureShipping drains ConsumerEvents placed events with bin/shipping at
+// its default settings, on a fresh shipping database and vhost: its rate and
+// its CPU time per event, against the stock consumer's at its defaults.
+func (e *env) measureShipping(ctx context.Context) error {
+	dbURL, err := e.cloneDatabase(ctx, tplShipping, "shipping-defaults")
+	if err != nil {
+		return err
+	}
+	amqpURL, err := e.vhostURL("shipping-defaults")
+	if err != nil {
+		return err
+	}
+	n := e.cfg.Sizes.ConsumerEvents
+	rate, cpu, err := e.runConsumer(ctx, shippingBin, dbURL, amqpURL, 0, n, nil)
+	if err2 := emptyVhost(amqpURL); err2 != nil {
+		e.progress("   %v", err2)
+	}
+	if err != nil {
+		return fmt.Errorf("shipping consumer, default settings: %w", err)
+	}
+	e.results.set(shippingDefaultsName, rate, fmt.Sprintf("bin/shipping with no SHIPPING_* setting, %d queued placed events", n))
+	e.progress("   %-28s %10.0f events/s", shippingDefaultsName, rate)
+	e.results.set(cpuShippingDefaultsName, cpu.ms(), "CPU per event: "+cpu.String())
+	e.progress("   %-28s %10.3f ms CPU per event (%s)", cpuShippingDefaultsName, cpu.ms(), cpu)
+	return nil
 }
 
 // cpuSplit is CPU time per event (or transaction), split between the client
@@ -241,14 +281,16 @@ func rawTx(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// runStock queues n placed events (one line each) on stock.events of the
-// vhost at amqpURL, then starts bin/stock serve with STOCK_WORKERS=workers
-// (unset when workers is 0: its default) on the database at dbURL and waits until it has processed all of them.
+// runConsumer queues n placed events (one line each) on svc's queue of the
+// vhost at amqpURL, then starts bin/<svc> serve with <SVC>_WORKERS=workers
+// (unset when workers is 0: its default) on the database at dbURL, waits
+// until it has processed all of them and checks that each had its effect.
 // The rate is taken from the processed_at times of the new processed_event
-// keys, (n-1) / (last - first), so the process's start-up does not count.
-func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n int, tracing []string) (float64, cpuSplit, error) {
+// keys, (n-1) / (last - first), so the process's start-up does not count; the
+// CPU time per event is the process's and its PostgreSQL sessions'.
+func (e *env) runConsumer(ctx context.Context, svc consumerBin, dbURL, amqpURL string, workers, n int, tracing []string) (float64, cpuSplit, error) {
 	var cpu cpuSplit
-	if err := queueStockEvents(ctx, amqpURL, n, e, tracing != nil); err != nil {
+	if err := queueEvents(ctx, amqpURL, svc.queue, n, e, tracing != nil); err != nil {
 		return 0, cpu, err
 	}
 	pool, err := pg.NewPool(ctx, dbURL)
@@ -264,12 +306,13 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 	if err != nil {
 		return 0, cpu, err
 	}
+	prefix := strings.ToUpper(svc.name) + "_"
 	p := &system.Process{
-		Name: "stock",
-		Bin:  filepath.Join(e.cfg.BinDir, "stock"),
+		Name: svc.name,
+		Bin:  filepath.Join(e.cfg.BinDir, svc.name),
 		Args: []string{"serve"},
 		Env: []string{
-			"STOCK_DATABASE_URL=" + dbURL,
+			prefix + "DATABASE_URL=" + dbURL,
 			"AMQP_URL=" + amqpURL,
 			"HTTP_ADDR=" + addr,
 			"LOG_LEVEL=warn",
@@ -278,9 +321,11 @@ func (e *env) runStock(ctx context.Context, dbURL, amqpURL string, workers, n in
 		Addr: addr,
 	}
 	if workers > 0 {
-		p.Env = append(p.Env, "STOCK_WORKERS="+strconv.Itoa(workers))
+		p.Env = append(p.Env, prefix+"WORKERS="+strconv.Itoa(workers))
 	}
-	p.Env = append(p.Env, e.cfg.StockEnv...)
+	if svc == stockBin {
+		p.Env = append(p.Env, e.cfg.StockEnv...)
+	}
 	p.Env = append(p.Env, tracing...)
 	brokerBefore := brokerCPU()
 	if err := p.Start(); err != nil {
@@ -302,14 +347,14 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 			if span <= 0 {
 				return 0, cpu, fmt.Errorf("%d events processed in no time", done)
 			}
-			reserved, err := count(ctx, pool, `SELECT count(*) FROM reservation WHERE created_at >= $1`, since)
+			effects, err := count(ctx, pool, svc.effects, since)
 			if err != nil {
 				return 0, cpu, err
 			}
-			if reserved != n {
-				return 0, cpu, fmt.Errorf("%d reservations for %d events", reserved, n)
+			if effects != n {
+				return 0, cpu, fmt.Errorf("%d %s for %d events", effects, svc.effectName, n)
 			}
-			stockCPU, err := processCPU(p.PID())
+			clientCPU, err := processCPU(p.PID())
 			if err != nil {
 				return 0, cpu, err
 			}
@@ -317,17 +362,17 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 			if err != nil {
 				return 0, cpu, err
 			}
-			cpu = cpuSplit{client: stockCPU / time.Duration(n), db: dbCPU / time.Duration(n)}
+			cpu = cpuSplit{client: clientCPU / time.Duration(n), db: dbCPU / time.Duration(n)}
 			if brokerBefore > 0 {
 				cpu.broker = (brokerCPU() - brokerBefore) / time.Duration(n)
 			}
 			return float64(done-1) / span.Seconds(), cpu, nil
 		}
 		if !p.Running() {
-			return 0, cpu, fmt.Errorf("bin/stock exited after %d of %d events:\n%s", done, n, p.Output())
+			return 0, cpu, fmt.Errorf("bin/%s exited after %d of %d events:\n%s", svc.name, done, n, p.Output())
 		}
 		if time.Now().After(deadline) {
-			return 0, cpu, fmt.Errorf("bin/stock processed %d of %d events before the deadline:\n%s", done, n, p.Output())
+			return 0, cpu, fmt.Errorf("bin/%s processed %d of %d events before the deadline:\n%s", svc.name, done, n, p.Output())
 		}
 		select {
 		case <-ctx.Done():
@@ -337,11 +382,11 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 	}
 }
 
-// queueStockEvents publishes n placed events straight to the stock.events
-// queue (through the default exchange), with confirms, after declaring the
-// default topology; traced ones carry a sampled traceparent of a trace of
-// their own, as the relay would send it.
-func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env, traced bool) error {
+// queueEvents publishes n placed events straight to queue (through the
+// default exchange), with confirms, after declaring the default topology;
+// traced ones carry a sampled traceparent of a trace of their own, as the
+// relay would send it.
+func queueEvents(ctx context.Context, amqpURL, queue string, n int, e *env, traced bool) error {
 	msgs, err := placedMessages(n)
 	if err != nil {
 		return err
@@ -359,7 +404,7 @@ func queueStockEvents(ctx context.Context, amqpURL string, n int, e *env, traced
 	pub := amqp.NewPublisher(conn, "")
 	defer func() { _ = pub.Close() }()
 	for i := range msgs {
-		msgs[i].RoutingKey = contracts.QueueStock
+		msgs[i].RoutingKey = queue
 	}
 	for off := 0; off < len(msgs); off += 1000 {
 		if _, err := pub.PublishBatch(ctx, msgs[off:min(off+1000, len(msgs))], 30*time.Second); err != nil {

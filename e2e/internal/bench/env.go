@@ -49,7 +49,7 @@ const (
 // they are all created in one rabbitmqctl call (each call costs seconds) and
 // deleted in one.
 func vhostPurposes(s Sizes) []string {
-	p := []string{"broker-1", "broker-n", "relay-one", "relay-traced", "consumer-default", "consumer-tuned", "consumer-defaults", "consumer-traced", "latency-notify", "latency-poll"}
+	p := []string{"broker-1", "broker-n", "relay-one", "relay-traced", "consumer-default", "consumer-tuned", "consumer-defaults", "shipping-defaults", "consumer-traced", "latency-notify", "latency-poll"}
 	for _, procs := range relayProcesses {
 		for _, parts := range relayPartitions {
 			p = append(p, relayVhost(parts, procs))

@@ -132,7 +132,7 @@ func (e *env) growConsumer(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rate, _, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents, nil)
+		rate, _, err := e.runConsumer(ctx, stockBin, dbURL, amqpURL, s.DefaultWorkers, s.GrowthConsumerEvents, nil)
 		if err2 := emptyVhost(amqpURL); err2 != nil {
 			e.progress("   %v", err2)
 		}

@@ -35,7 +35,12 @@ func WriteTable(w io.Writer, results []Result) error {
 // one or two decimals.
 func formatValue(v float64, unit string) string {
 	switch unit {
-	case "ms", "MiB", "%":
+	case "ms":
+		if v < 1 {
+			return strconv.FormatFloat(v, 'f', 3, 64) // CPU time per event: tenths of a ms would hide it
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case "MiB", "%":
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	case "x", "cores":
 		return strconv.FormatFloat(v, 'f', 2, 64)

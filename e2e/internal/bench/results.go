@@ -93,10 +93,21 @@ func tracedConsumerName(workers int) string {
 	return fmt.Sprintf("stock_consumer_traced_w%d", workers)
 }
 
-// The stock consumer with no STOCK_* setting: its rate and CPU time per event.
+// The CPU time per message of the broker's ceiling run (RabbitMQ only), and
+// per event of one relay process with one partition (the process and its
+// PostgreSQL sessions), the relay's own side of relaying.
 const (
-	consumerDefaultsName = "stock_consumer_defaults"
-	cpuStockDefaultsName = "cpu_ms_per_stock_event_defaults"
+	cpuBrokerName    = "cpu_ms_per_broker_message"
+	cpuRelaySideName = "cpu_ms_per_relayed_event_relay_side"
+)
+
+// The stock and shipping consumers with no setting of theirs: rate and CPU
+// time per event.
+const (
+	consumerDefaultsName    = "stock_consumer_defaults"
+	cpuStockDefaultsName    = "cpu_ms_per_stock_event_defaults"
+	shippingDefaultsName    = "shipping_consumer_defaults"
+	cpuShippingDefaultsName = "cpu_ms_per_shipping_event_defaults"
 )
 
 func cpuRawName(workers int) string   { return fmt.Sprintf("cpu_ms_per_raw_tx_w%d", workers) }
@@ -125,6 +136,7 @@ func specs(s Sizes) []spec {
 		{name: "broker_1_publisher", unit: "msgs/s", panel: panelThroughput, label: "broker, 1 publisher"},
 		{name: brokerMultiName(s), unit: "msgs/s", panel: panelThroughput, label: fmt.Sprintf("broker, %d publishers", s.BrokerPublishers)},
 		{name: "broker_ceiling", unit: "msgs/s", label: "broker ceiling"},
+		{name: cpuBrokerName, unit: "ms"},
 		{name: "relay_one_at_a_time", unit: "events/s", baseline: "broker_ceiling", panel: panelThroughput, label: "relay, one confirm at a time"},
 	}
 	for _, procs := range relayProcesses {
@@ -141,6 +153,7 @@ func specs(s Sizes) []spec {
 		}
 	}
 	out = append(out,
+		spec{name: cpuRelaySideName, unit: "ms", baseline: cpuBrokerName, goal: &goal{onRatio: true, op: "<=", target: 0.5}},
 		spec{name: "relay_order_violations", unit: "orders", goal: &goal{op: "<", target: 1}},
 		spec{name: "relay_pipelined_speedup", unit: "x", goal: &goal{op: ">=", target: 5}},
 		spec{name: "relay_pipelined_traced", unit: "events/s", baseline: relayRunName(1, 1), panel: panelThroughput,
@@ -158,6 +171,8 @@ func specs(s Sizes) []spec {
 		{name: cpuRawName(s.TunedWorkers), unit: "ms"},
 		{name: cpuStockName(s.TunedWorkers), unit: "ms", baseline: cpuRawName(s.TunedWorkers)},
 		{name: cpuStockDefaultsName, unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
+		{name: shippingDefaultsName, unit: "events/s", baseline: consumerDefaultsName, panel: panelThroughput, label: "shipping consumer, default settings"},
+		{name: cpuShippingDefaultsName, unit: "ms", baseline: cpuStockDefaultsName, goal: &goal{onRatio: true, op: "<=", target: 1}},
 	}...)
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}

@@ -126,7 +126,7 @@ func (e *env) measureTracedConsumer(ctx context.Context) error {
 	}
 	sink := newOTLPSink()
 	defer sink.close()
-	rate, _, err := e.runStock(ctx, dbURL, amqpURL, s.DefaultWorkers, s.ConsumerEvents,
+	rate, _, err := e.runConsumer(ctx, stockBin, dbURL, amqpURL, s.DefaultWorkers, s.ConsumerEvents,
 		[]string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=" + sink.srv.URL})
 	if err2 := emptyVhost(amqpURL); err2 != nil {
 		e.progress("   %v", err2)
