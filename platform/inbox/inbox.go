@@ -87,6 +87,25 @@ type Handler[T any] func(ctx context.Context, tx pgx.Tx, meta Meta, payload T) e
 // A call with one event is also how an Inbox without group commit runs it.
 type GroupHandler[T any] func(ctx context.Context, tx pgx.Tx, events []Event[T]) error
 
+// Rounds splits the indexes 0..n-1 of a group's events into rounds in which no key
+// (key(i): the row an event writes, an order id say) appears twice: the k-th event of
+// a key goes to round k. A set-based GroupHandler writes one round per statement, so
+// the events of one key apply in their order and a multi-row upsert never touches a
+// row twice (PostgreSQL refuses that in one INSERT ... ON CONFLICT DO UPDATE).
+func Rounds[K comparable](n int, key func(i int) K) [][]int {
+	out := [][]int{make([]int, 0, n)}
+	seen := make(map[K]int, n)
+	for i := range n {
+		k := seen[key(i)]
+		seen[key(i)] = k + 1
+		if k == len(out) {
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], i)
+	}
+	return out
+}
+
 // EventFailed returns the error a GroupHandler returns to fail events[n] alone with
 // err: for example a payload that can never be applied (wrap ErrPermanent in err).
 func EventFailed(n int, err error) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -120,4 +121,18 @@ func eventEnvelope(t *testing.T, body string) contracts.Envelope {
 		t.Fatal(err)
 	}
 	return env
+}
+
+// TestRoundsKeepEachKeyOncePerRound: the k-th event of a key goes to round k, in the
+// order of the events, so one round never writes a key twice.
+func TestRoundsKeepEachKeyOncePerRound(t *testing.T) {
+	keys := []string{"a", "b", "a", "c", "a", "b"}
+	got := inbox.Rounds(len(keys), func(i int) string { return keys[i] })
+	want := [][]int{{0, 1, 3}, {2, 5}, {4}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Rounds(%v) = %v, want %v", keys, got, want)
+	}
+	if got := inbox.Rounds(0, func(int) string { return "" }); len(got) != 1 || len(got[0]) != 0 {
+		t.Errorf("Rounds of no events = %v, want one empty round", got)
+	}
 }

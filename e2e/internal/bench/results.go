@@ -173,6 +173,7 @@ func specs(s Sizes) []spec {
 		{name: cpuStockDefaultsName, unit: "ms", baseline: cpuRawName(s.DefaultWorkers)},
 		{name: shippingDefaultsName, unit: "events/s", baseline: consumerDefaultsName, panel: panelThroughput, label: "shipping consumer, default settings"},
 		{name: cpuShippingDefaultsName, unit: "ms", baseline: cpuStockDefaultsName, goal: &goal{onRatio: true, op: "<=", target: 1}},
+		{name: "shipping_consumer_vs_db_ceiling", unit: "x", goal: &goal{op: ">=", target: 2}},
 	}...)
 	for _, p := range []string{"p50", "p95", "p99"} {
 		sp := spec{name: "latency_notify_" + p, unit: "ms", panel: panelNotify, label: p}

@@ -12,15 +12,16 @@ import (
 // own variables start with SHIPPING_ (SHIPPING_DATABASE_URL, SHIPPING_WORKERS,
 // SHIPPING_PREFETCH, SHIPPING_INBOX_GROUP, SHIPPING_INBOX_TX, SHIPPING_MAX_ATTEMPTS,
 // SHIPPING_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
-// The defaults: the local shipping database, HTTP on :8083, 8 workers, inbox group
-// 1 (group commit off; above 1 transactions are shared as stock does).
+// The defaults: the local shipping database, HTTP on :8083, 256 workers, inbox group
+// 128 (group commit on, as stock: its group handlers write a group's statuses and
+// shipments in one statement; many workers let the groups fill).
 var service = consumerapp.Service{
 	Name:        name,
 	EnvPrefix:   "SHIPPING_",
 	DatabaseURL: "postgres://postgres@localhost:5432/shipping?sslmode=disable",
 	HTTPAddr:    ":8083",
-	Workers:     8,
-	InboxGroup:  1,
+	Workers:     256,
+	InboxGroup:  128,
 	Schema:      migrations.Schema,
 	Stale:       events.Stale,
 }

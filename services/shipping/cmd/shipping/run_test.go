@@ -141,8 +141,8 @@ func TestPurgeInbox(t *testing.T) {
 	}
 }
 
-// TestConfig: shipping keeps its defaults (database, port :8083, 8 workers, no inbox
-// group commit) and names its bad SHIPPING_* variables.
+// TestConfig: shipping keeps its defaults (database, port :8083, 256 workers, inbox
+// groups of 128, 2 at once) and names its bad SHIPPING_* variables.
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(nil), service.LoadServeConfig)
@@ -151,8 +151,8 @@ func TestConfig(t *testing.T) {
 	}
 	if c.DatabaseURL != "postgres://postgres@localhost:5432/shipping?sslmode=disable" ||
 		c.AMQPURL != config.DefaultAMQPURL || c.HTTPAddr != ":8083" ||
-		c.Workers != 8 || c.Prefetch != 32 || c.InboxGroup != 1 || c.MaxAttempts != 5 ||
-		fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" || c.MinRetention != 168*time.Hour || c.PoolSize() != 12 {
+		c.Workers != 256 || c.Prefetch != 1024 || c.InboxGroup != 128 || c.InboxTx != 2 || c.MaxAttempts != 5 ||
+		fmt.Sprint(c.RetryDelays) != "[1s 5s 30s]" || c.MinRetention != 168*time.Hour || c.PoolSize() != 6 {
 		t.Errorf("defaults = %+v", c)
 	}
 	_, err = config.Load(env(map[string]string{

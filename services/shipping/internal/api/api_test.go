@@ -57,14 +57,8 @@ func TestAPI(t *testing.T) {
 		{OrderID: cancelled, Status: shipping.StatusCancelled, Version: 3},
 	} {
 		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
-			if _, err := store.ApplyStatus(testkit.Context(t), tx, c); err != nil {
-				return err
-			}
-			sh, err := shipping.ShipmentStatusFor(c.Status)
-			if err != nil {
-				return err
-			}
-			return store.SetShipment(testkit.Context(t), tx, c.OrderID, sh)
+			_, err := store.Apply(testkit.Context(t), tx, []shipping.StatusChange{c})
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)

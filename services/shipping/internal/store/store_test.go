@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -23,7 +24,8 @@ func applyStatus(t *testing.T, pool *pgxpool.Pool, c shipping.StatusChange) bool
 	var applied bool
 	err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
 		var err error
-		applied, err = store.ApplyStatus(testkit.Context(t), tx, c)
+		won, err := store.Apply(testkit.Context(t), tx, []shipping.StatusChange{c})
+		applied = err == nil && won[0]
 		return err
 	})
 	if err != nil {
@@ -45,9 +47,9 @@ func wantStatus(t *testing.T, pool *pgxpool.Pool, orderID uuid.UUID, status ship
 	}
 }
 
-// TestApplyStatus: a change applies only when its version is newer than the stored one
+// TestApply: a change applies only when its version is newer than the stored one
 // (docs/architecture.md, rule 4); the first of two equal versions stays.
-func TestApplyStatus(t *testing.T) {
+func TestApply(t *testing.T) {
 	t.Parallel()
 	type step struct {
 		status      shipping.Status
@@ -85,7 +87,9 @@ func TestApplyStatus(t *testing.T) {
 	}
 }
 
-func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
+// TestApplyRejectsInvalidChanges: one change that can never apply refuses the whole
+// call, and nothing is written.
+func TestApplyRejectsInvalidChanges(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	for _, c := range []shipping.StatusChange{
@@ -94,7 +98,8 @@ func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 		{OrderID: uuid.New(), Status: "shipped", Version: 1},
 	} {
 		err := pg.WithTx(testkit.Context(t), pool, func(tx pgx.Tx) error {
-			_, err := store.ApplyStatus(testkit.Context(t), tx, c)
+			_, err := store.Apply(testkit.Context(t), tx, []shipping.StatusChange{
+				{OrderID: uuid.New(), Status: shipping.StatusPlaced, Version: 1}, c})
 			return err
 		})
 		if !errors.Is(err, shipping.ErrInvalidChange) {
@@ -110,9 +115,57 @@ func TestApplyStatusRejectsInvalidChanges(t *testing.T) {
 	}
 }
 
-// TestApplyStatusConcurrent applies versions 1..n of one order in random order from
+// TestApplyAGroup applies one call's changes of several orders, one order changed
+// three times: its changes apply in their order (a repeat of an applied version is
+// stale), and every winning order's shipment follows its status.
+func TestApplyAGroup(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewDatabase(t, migrations.Schema)
+	ctx := testkit.Context(t)
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	cs := []shipping.StatusChange{
+		{OrderID: a, Status: shipping.StatusPlaced, Version: 2},
+		{OrderID: b, Status: shipping.StatusCancelled, Version: 3},
+		{OrderID: a, Status: shipping.StatusConfirmed, Version: 3},
+		{OrderID: a, Status: shipping.StatusConfirmed, Version: 3},
+		{OrderID: c, Status: shipping.StatusPlaced, Version: 2},
+	}
+	var won []bool
+	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		won, err = store.Apply(ctx, tx, cs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, false, true}; !slices.Equal(won, want) {
+		t.Errorf("won = %v, want %v", won, want)
+	}
+	s := store.New(pool)
+	for _, w := range []struct {
+		order    uuid.UUID
+		status   shipping.Status
+		version  int
+		shipment shipping.ShipmentStatus
+	}{
+		{a, shipping.StatusConfirmed, 3, shipping.ShipmentReady},
+		{b, shipping.StatusCancelled, 3, shipping.ShipmentCancelled},
+		{c, shipping.StatusPlaced, 2, shipping.ShipmentPending},
+	} {
+		wantStatus(t, pool, w.order, w.status, w.version)
+		sh, err := s.Shipment(ctx, w.order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh.Status != w.shipment {
+			t.Errorf("shipment of %s = %s, want %s", w.order, sh.Status, w.shipment)
+		}
+	}
+}
+
+// TestApplyConcurrent applies versions 1..n of one order in random order from
 // concurrent transactions: the highest version must win.
-func TestApplyStatusConcurrent(t *testing.T) {
+func TestApplyConcurrent(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	const n = 20
@@ -133,7 +186,7 @@ func TestApplyStatusConcurrent(t *testing.T) {
 			}
 			wg.Go(func() {
 				err := pg.WithTx(context.Background(), pool, func(tx pgx.Tx) error {
-					_, err := store.ApplyStatus(context.Background(), tx, shipping.StatusChange{OrderID: orderID, Status: status, Version: v + 1})
+					_, err := store.Apply(context.Background(), tx, []shipping.StatusChange{{OrderID: orderID, Status: status, Version: v + 1}})
 					return err
 				})
 				if err != nil {
@@ -146,41 +199,38 @@ func TestApplyStatusConcurrent(t *testing.T) {
 	}
 }
 
-// TestSetShipment: the first call creates the order's shipment, a later one moves it
-// to another status and keeps its id and created_at.
-func TestSetShipment(t *testing.T) {
+// TestApplyMovesTheShipment: the first change creates the order's shipment, a newer
+// one moves it to the status that follows and keeps its id and created_at, and a
+// stale one leaves it.
+func TestApplyMovesTheShipment(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewDatabase(t, migrations.Schema)
 	ctx := testkit.Context(t)
 	s := store.New(pool)
 	orderID := uuid.New()
-	set := func(status shipping.ShipmentStatus) shipping.Shipment {
+	apply := func(status shipping.Status, version int, want shipping.ShipmentStatus) shipping.Shipment {
 		t.Helper()
-		err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := store.ApplyStatus(ctx, tx, shipping.StatusChange{OrderID: orderID, Status: shipping.StatusPlaced, Version: 2}); err != nil {
-				return err
-			}
-			return store.SetShipment(ctx, tx, orderID, status)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		applyStatus(t, pool, shipping.StatusChange{OrderID: orderID, Status: status, Version: version})
 		sh, err := s.Shipment(ctx, orderID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sh.Status != status || sh.OrderID != orderID || sh.ID.Version() != 7 {
-			t.Errorf("shipment = %+v, want %s for order %s with a UUID v7 id", sh, status, orderID)
+		if sh.Status != want || sh.OrderID != orderID || sh.ID.Version() != 7 {
+			t.Errorf("after %s v%d: shipment = %+v, want %s for order %s with a UUID v7 id", status, version, sh, want, orderID)
 		}
 		return sh
 	}
-	first := set(shipping.ShipmentReady)
-	second := set(shipping.ShipmentCancelled)
-	if second.ID != first.ID || !second.CreatedAt.Equal(first.CreatedAt) {
-		t.Errorf("shipment was replaced: %+v, then %+v", first, second)
+	first := apply(shipping.StatusPlaced, 2, shipping.ShipmentPending)
+	second := apply(shipping.StatusConfirmed, 3, shipping.ShipmentReady)
+	third := apply(shipping.StatusCancelled, 4, shipping.ShipmentCancelled)
+	apply(shipping.StatusConfirmed, 3, shipping.ShipmentCancelled) // stale: stays cancelled
+	for _, sh := range []shipping.Shipment{second, third} {
+		if sh.ID != first.ID || !sh.CreatedAt.Equal(first.CreatedAt) {
+			t.Errorf("shipment was replaced: %+v, then %+v", first, sh)
+		}
 	}
-	if second.UpdatedAt.Before(first.UpdatedAt) {
-		t.Errorf("updated_at went back: %v, then %v", first.UpdatedAt, second.UpdatedAt)
+	if third.UpdatedAt.Before(first.UpdatedAt) {
+		t.Errorf("updated_at went back: %v, then %v", first.UpdatedAt, third.UpdatedAt)
 	}
 }
 

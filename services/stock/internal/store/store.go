@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"example.com/shop/platform/inbox"
 	"example.com/shop/services/stock/internal/stock"
 )
 
@@ -158,7 +159,7 @@ func ApplyPlaced(ctx context.Context, tx pgx.Tx, ps []Placed) (ds []Decision, er
 	}
 	ds = make([]Decision, len(ps))
 	won := make([]bool, len(ps))
-	for _, round := range rounds(len(ps), func(n int) uuid.UUID { return ps[n].Change.OrderID }) {
+	for _, round := range inbox.Rounds(len(ps), func(n int) uuid.UUID { return ps[n].Change.OrderID }) {
 		orders, versions := make([]pgtype.UUID, len(round)), make([]int32, len(round))
 		for k, n := range round {
 			orders[k], versions[k] = pgUUID(ps[n].Change.OrderID), int32(ps[n].Change.Version)
@@ -321,7 +322,7 @@ func ApplyCancelled(ctx context.Context, tx pgx.Tx, cs []stock.StatusChange) (wo
 		}
 	}
 	won = make([]bool, len(cs))
-	for _, round := range rounds(len(cs), func(n int) uuid.UUID { return cs[n].OrderID }) {
+	for _, round := range inbox.Rounds(len(cs), func(n int) uuid.UUID { return cs[n].OrderID }) {
 		orders, versions := make([]pgtype.UUID, len(round)), make([]int32, len(round))
 		for k, n := range round {
 			orders[k], versions[k] = pgUUID(cs[n].OrderID), int32(cs[n].Version)
@@ -365,23 +366,6 @@ func collectWinners(ctx context.Context, tx pgx.Tx, round []int, won []bool, ord
 		won[n] = winners[order(n)]
 	}
 	return nil
-}
-
-// rounds splits the indexes 0..n-1 into rounds in which no order appears twice:
-// the k-th change of an order goes to round k, so changes of one order apply in
-// their order and a multi-row upsert never touches a row twice.
-func rounds(n int, order func(int) uuid.UUID) [][]int {
-	out := [][]int{make([]int, 0, n)}
-	seen := make(map[uuid.UUID]int, n)
-	for i := range n {
-		k := seen[order(i)]
-		seen[order(i)] = k + 1
-		if k == len(out) {
-			out = append(out, nil)
-		}
-		out[k] = append(out[k], i)
-	}
-	return out
 }
 
 // pgUUID is id as pgx encodes it without a detour through its text form.
