@@ -31,6 +31,7 @@
 //	-growth LIST       table sizes of the growth runs (default 10000,100000,1000000)
 //	-only LIST         run only these steps: broker,relay,consumer,latency,maxrate,growth
 //	-stock-env LIST    KEY=VALUE settings added to every bin/stock the bench starts (comma-separated)
+//	-relay-env LIST    KEY=VALUE settings added to every relay process the bench starts (comma-separated)
 //	-cpuprofile FILE   write a CPU profile of the bench process itself (the load generator) to FILE
 //	-v                 show the warnings of the in-process relay
 package main
@@ -99,6 +100,7 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	verbose := fs.Bool("v", false, "show the warnings of the in-process relay")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this `file`")
 	stockEnv := fs.String("stock-env", "", "comma-separated KEY=VALUE settings added to every bin/stock the bench starts")
+	relayEnv := fs.String("relay-env", "", "comma-separated KEY=VALUE settings added to every relay process the bench starts")
 	only := fs.String("only", "", "comma-separated steps to run: "+strings.Join(bench.Steps(), ","))
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -154,6 +156,9 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	if *stockEnv != "" {
 		o.cfg.StockEnv = strings.Split(*stockEnv, ",")
+	}
+	if *relayEnv != "" {
+		o.cfg.RelayEnv = strings.Split(*relayEnv, ",")
 	}
 	o.cfg.Progress = stdout
 	level := slog.LevelError + 4 // nothing

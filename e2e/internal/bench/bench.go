@@ -192,6 +192,9 @@ type Config struct {
 	// and growth steps start (KEY=VALUE), to try settings other than the
 	// defaults; empty measures the defaults.
 	StockEnv []string
+	// RelayEnv is added to the environment of every relay process the relay,
+	// latency and maxrate steps start (KEY=VALUE: RELAY_NOTIFY_GATHER=5ms, say).
+	RelayEnv []string
 }
 
 // Steps returns the keys of the run's steps, in run order: "broker",

@@ -84,6 +84,13 @@ func (e *env) measureLatency(ctx context.Context) error {
 		}
 		note := fmt.Sprintf("%d orders at %d/s, POST place -> reservation committed; %s", len(run.lat), s.LatencyRate, before)
 		e.progress("   %s", run.cpu)
+		wake := "notify"
+		if !notify {
+			wake = "poll"
+		}
+		relaySide := run.cpu.perOrder("relay") + run.cpu.perOrder("pg_relay")
+		e.results.set(cpuRelayWakeName(wake, s.LatencyRate), relaySide,
+			note+", CPU ms per order of bin/order relay and its PostgreSQL sessions, woken by "+wake)
 		for _, p := range []struct {
 			name string
 			q    float64
@@ -175,6 +182,12 @@ func (e *env) measureMaxRate(ctx context.Context) error {
 
 // cpuPerOrderName is the name of the CPU per order of the journey from place
 // to leg ("reservation" or "confirmed") at rate orders/s.
+// cpuRelayWakeName is the name of the relay side's CPU per order of the
+// latency run whose relay is woken by wake ("notify" or "poll").
+func cpuRelayWakeName(wake string, rate int) string {
+	return fmt.Sprintf("cpu_ms_per_order_relay_side_%s_%d", wake, rate)
+}
+
 func cpuPerOrderName(leg string, rate int) string {
 	return fmt.Sprintf("cpu_ms_per_order_%s_%d", leg, rate)
 }
@@ -236,11 +249,14 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 	}
 
 	sys, err := system.New(system.Config{
-		BinDir:     e.cfg.BinDir,
-		DBURLs:     map[string]string{"order": orderURL, "stock": stockURL, "shipping": shipURL},
-		AMQPURL:    amqpURL,
-		Env:        []string{"LOG_LEVEL=warn"},
-		ProcessEnv: map[string][]string{"order-relay": {"RELAY_POLL_INTERVAL=1s"}},
+		BinDir:  e.cfg.BinDir,
+		DBURLs:  map[string]string{"order": orderURL, "stock": stockURL, "shipping": shipURL},
+		AMQPURL: amqpURL,
+		Env:     []string{"LOG_LEVEL=warn"},
+		ProcessEnv: map[string][]string{
+			"order-relay": append([]string{"RELAY_POLL_INTERVAL=1s"}, e.cfg.RelayEnv...),
+			"stock-relay": e.cfg.RelayEnv,
+		},
 	})
 	if err != nil {
 		return run, err

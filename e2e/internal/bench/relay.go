@@ -192,6 +192,7 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 			},
 			Addr: addr,
 		}
+		p.Env = append(p.Env, e.cfg.RelayEnv...)
 		if err := p.Start(); err != nil {
 			return relayRun{}, err
 		}

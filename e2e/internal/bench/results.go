@@ -189,6 +189,9 @@ func specs(s Sizes) []spec {
 		out = append(out, spec{name: "latency_notify_confirmed_" + p, unit: "ms", baseline: "latency_notify_" + p})
 	}
 	out = append(out,
+		spec{name: cpuRelayWakeName("poll", s.LatencyRate), unit: "ms"},
+		spec{name: cpuRelayWakeName("notify", s.LatencyRate), unit: "ms", baseline: cpuRelayWakeName("poll", s.LatencyRate),
+			goal: &goal{onRatio: true, op: "<=", target: 2}},
 		spec{name: cpuPerOrderName("reservation", s.LatencyRate), unit: "ms"},
 		spec{name: cpuPerOrderName("confirmed", s.LatencyRate), unit: "ms", baseline: cpuPerOrderName("reservation", s.LatencyRate)})
 	for _, stage := range stageNames {
