@@ -94,7 +94,7 @@ func fillOutbox(ctx context.Context, pool *pgxpool.Pool, base time.Time, n int, 
 
 // fillProcessedEvents inserts n processed_event keys of the stock consumer:
 // time-ordered (v7) event ids whose times are one millisecond apart from
-// keysFrom on, processed one millisecond apart from processedFrom on.
+// keysFrom on, processed one microsecond apart from processedFrom on.
 func fillProcessedEvents(ctx context.Context, pool *pgxpool.Pool, keysFrom, processedFrom time.Time, n int) error {
 	if n <= 0 {
 		return nil
@@ -102,7 +102,7 @@ func fillProcessedEvents(ctx context.Context, pool *pgxpool.Pool, keysFrom, proc
 	_, err := pool.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at)
 SELECT $3, (`+uuidV7SQL+`)::text, sha256(g::text::bytea), processed
 FROM (SELECT g, $4::timestamptz + g * interval '1 millisecond' AS at,
-	$1::timestamptz + g * interval '1 millisecond' AS processed FROM generate_series(1, $2::bigint) AS g) AS s`,
+	$1::timestamptz + g * interval '1 microsecond' AS processed FROM generate_series(1, $2::bigint) AS g) AS s`,
 		processedFrom, n, stockConsumer, keysFrom)
 	if err != nil {
 		return fmt.Errorf("fill processed_event with %d rows: %w", n, err)

@@ -86,7 +86,6 @@ func (e *env) growConsumer(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	old := time.Now().Add(-30 * 24 * time.Hour)
 	var keysFrom time.Time
 	last := s.GrowthRows[len(s.GrowthRows)-1]
 	for i, rows := range s.GrowthRows {
@@ -95,11 +94,13 @@ func (e *env) growConsumer(ctx context.Context) error {
 			return err
 		}
 		start := time.Now()
-		// The new keys sort after every key already there, as the keys of a
-		// running consumer arrive: filling in behind the keys of the last run
-		// would split the primary key's pages in half and measure that.
+		// The new rows come after every row already there, in key order and in
+		// processed_at order, as a running consumer's arrive: filling in behind
+		// the last run's rows would split index pages in half and measure that.
+		// Their processed_at times end now, one microsecond apart, so they are
+		// older than whatever the next consumer run processes.
 		keysFrom = later(keysFrom, start)
-		if err := fillProcessedEvents(ctx, pool, keysFrom, old.Add(time.Duration(have)*time.Millisecond), rows-have); err != nil {
+		if err := fillProcessedEvents(ctx, pool, keysFrom, start.Add(-time.Duration(rows-have)*time.Microsecond), rows-have); err != nil {
 			return err
 		}
 		keysFrom = keysFrom.Add(time.Duration(rows-have+1) * time.Millisecond)
