@@ -91,27 +91,28 @@ func TestOneTraceFromTheAPICallToEveryConsumer(t *testing.T) {
 		t.Fatalf("message traceparent %q, want trace %s", traceparent, traceID)
 	}
 
-	// The spans.
+	// The spans. The trace goes on past the placed event (stock's answer is sent
+	// and processed in it too, with spans of the same names): the placed
+	// event's spans are found below the API span.
 	stockQueue, shippingQueue := contracts.QueueStock, contracts.QueueShipping
 	var tr trace
+	var api, send *span
 	deadline := time.Now().Add(settle)
 	for {
 		tr = recv.trace(traceID)
 		// Each process exports on its own schedule: wait for every span checked below.
-		if tr.named("process "+stockQueue) != nil && tr.named("process "+shippingQueue) != nil &&
-			len(tr.all("handle "+contracts.EventOrderPlaced)) >= 2 &&
-			tr.named("POST /orders/{id}/place") != nil && tr.named("send "+contracts.Exchange) != nil {
+		if api = tr.named("POST /orders/{id}/place"); api != nil {
+			send = tr.child(api.spanID, "send "+contracts.Exchange)
+		}
+		if send != nil && tr.child(send.spanID, "process "+stockQueue) != nil &&
+			tr.child(send.spanID, "process "+shippingQueue) != nil &&
+			len(tr.all("handle "+contracts.EventOrderPlaced)) >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("trace %s incomplete after %v: %v", traceID, settle, tr.names())
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	api := tr.named("POST /orders/{id}/place")
-	send := tr.named("send " + contracts.Exchange)
-	if api == nil || send == nil {
-		t.Fatalf("trace %s lacks the API or send span: %v", traceID, tr.names())
 	}
 	check := func(sp *span, service string, kind tracepb.Span_SpanKind, parent string) {
 		t.Helper()
@@ -133,7 +134,7 @@ func TestOneTraceFromTheAPICallToEveryConsumer(t *testing.T) {
 		"messaging.message.id": msg.MessageId, "messaging.message.conversation_id": msg.CorrelationId,
 	})
 	for _, c := range []struct{ service, queue string }{{"stock", stockQueue}, {"shipping", shippingQueue}} {
-		p := tr.named("process " + c.queue)
+		p := tr.child(send.spanID, "process "+c.queue)
 		check(p, c.service, tracepb.Span_SPAN_KIND_CONSUMER, send.spanID)
 		wantAttrs(t, p, map[string]string{
 			"messaging.system": "rabbitmq", "messaging.operation.type": "process",
