@@ -36,8 +36,9 @@ type Service struct {
 	Schema migrate.Schema
 	// ServesWithoutBroker says the service's HTTP API needs only its database (order's
 	// accepts orders into its outbox while the broker is away, rule 1): serve answers
-	// its routes once the database is connected, /readyz checks the database alone,
-	// and the consumer connects and consumes behind it; a broker outage then shows in
+	// its routes once the consumer is set up, or 5 s after the database is connected
+	// when the broker is away, /readyz checks the database alone, and the consumer
+	// connects and consumes behind it; a broker outage then shows in
 	// the amqp_* metrics and the logs, not in readiness. False: the routes wait for
 	// the broker too, and /readyz checks it.
 	ServesWithoutBroker bool

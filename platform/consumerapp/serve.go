@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,11 +52,15 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 	}
 }
 
+// brokerHeadStart is how long serve waits for the broker before a service that
+// serves without it answers its routes (Service.ServesWithoutBroker): 5 s.
+const brokerHeadStart = 5 * time.Second
+
 // serve runs the HTTP API and the consumer until ctx ends or one of them fails,
 // then stops both. It reads top to bottom: configuration, logger and tracing; the
 // HTTP server, listening first and answering /healthz, /metrics and /readyz (503
-// until PostgreSQL and the broker are connected) and a 503 problem on every other
-// path; with MIGRATE_ON_START, Service.Schema applied, retried while the server
+// until the routes serve) and a 503 problem on every other path; with
+// MIGRATE_ON_START, Service.Schema applied, retried while the server
 // does not answer (pg.Retry); the database, waited for with pg.WaitPool
 // (deps.connectDatabase), and the broker, dialled twice with backoff (one
 // connection consumes, the other publishes retry and dead-letter copies, so that
@@ -63,11 +69,12 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 // (docs/architecture.md rule 3); the consumer (deps.consume); the service's
 // routes; then consuming until ctx ends, and the shutdown bounded by the
 // consumer's and the server's timeouts. With Service.ServesWithoutBroker the
-// routes come right after the database, and the broker, the inbox and the
-// consumer follow behind them.
+// routes come once the consumer is set up or brokerHeadStart after the database,
+// whichever is first, and a broker that is away is waited for behind them.
 //
-// /readyz checks "postgres" (ping), "rabbitmq" and "rabbitmq_retry" (connected and
-// not blocked) and "consumer" (subscribed, not paused); with
+// /readyz answers 503 until the routes serve, then checks "postgres" (ping),
+// "rabbitmq" and "rabbitmq_retry" (connected and not blocked) and "consumer"
+// (subscribed, not paused); with
 // Service.ServesWithoutBroker, "postgres" alone. While the database or the
 // retry path is unavailable the consumer pauses and resumes once both answer.
 //
@@ -105,51 +112,21 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 		return err
 	}
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
-		if cfg.MigrateOnStart {
-			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return migrate.Apply(ctx, cfg.DatabaseURL, s.Schema, logger)
-			}); err != nil {
-				return nil, err
-			}
-		}
 		pool, err := deps.connectDatabase(ctx, logger)
 		if err != nil {
 			return nil, err
 		}
-		// consume connects the broker, subscribes the inbox with the service's
-		// handlers and returns the consuming loop.
-		consume := func(ctx context.Context) (func(context.Context) error, error) {
-			if err := deps.connectBroker(ctx, logger, reg); err != nil {
-				return nil, err
-			}
-			ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
-			handlers(ib, logger)
-			if err := deps.consume(ib, logger, reg); err != nil {
-				return nil, err
-			}
-			logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(cfg.DatabaseURL)),
-				slog.String("amqp", config.MaskURL(cfg.AMQPURL)))
-			return deps.run, nil // consume until ctx ends
-		}
+		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+		handlers(ib, logger)
+		ready := func() { srv.Ready(routes(pool, logger, reg, checks)) }
 		if s.ServesWithoutBroker {
-			srv.Ready(routes(pool, logger, reg, checks))
-			return func(ctx context.Context) error {
-				run, err := consume(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil // stopped while connecting: a clean shutdown
-					}
-					return err
-				}
-				return run(ctx)
-			}, nil
+			return deps.behindRoutes(ready, ib, logger, reg), nil
 		}
-		run, err := consume(ctx)
-		if err != nil {
+		if err := deps.subscribe(ctx, ib, logger, reg); err != nil {
 			return nil, err
 		}
-		srv.Ready(routes(pool, logger, reg, checks))
-		return run, nil
+		ready()
+		return deps.run, nil
 	})
 	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
 	return err
@@ -198,11 +175,57 @@ func (d *deps) checks() []httpx.Check {
 	}
 }
 
-// connectDatabase waits for the database with pg.WaitPool (PoolSize connections
-// unless the URL sets pool_max_conns; the processed_event table created by
-// `<name> migrate`) and returns the pool; it returns ctx's error when ctx ends
-// first, and a wrapped error for a database that refuses for good.
+// behindRoutes returns serve's loop for a service that serves without the broker:
+// it subscribes ib (subscribe) and consumes (run), and calls ready, which mounts
+// the routes, once subscribed or brokerHeadStart from now, whichever is first.
+// Waiting for the queue's declaration keeps an answer to an order taken from then
+// on out of the unroutable queue; a broker that is away does not hold orders
+// back. The loop returns nil when ctx ends, also while it still connects.
+func (d *deps) behindRoutes(ready func(), ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) func(context.Context) error {
+	ready = sync.OnceFunc(ready)
+	headStart := time.AfterFunc(brokerHeadStart, ready)
+	return func(ctx context.Context) error {
+		defer headStart.Stop()
+		err := d.subscribe(ctx, ib, logger, reg)
+		ready()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while connecting: a clean shutdown
+			}
+			return err
+		}
+		return d.run(ctx)
+	}
+}
+
+// subscribe connects the broker (connectBroker) and sets up the consumer of ib
+// (consume), then logs "connected". It returns ctx's error when ctx ends first.
+func (d *deps) subscribe(ctx context.Context, ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) error {
+	if err := d.connectBroker(ctx, logger, reg); err != nil {
+		return err
+	}
+	if err := d.consume(ib, logger, reg); err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(d.cfg.DatabaseURL)),
+		slog.String("amqp", config.MaskURL(d.cfg.AMQPURL)))
+	return nil
+}
+
+// connectDatabase applies Service.Schema first when MIGRATE_ON_START is true
+// (retried while the server does not answer, pg.Retry), then waits for the
+// database with pg.WaitPool (PoolSize connections unless the URL sets
+// pool_max_conns; the processed_event table created by `<name> migrate`) and
+// returns the pool; it returns ctx's error when ctx ends first, and a wrapped
+// error for a database that refuses for good.
 func (d *deps) connectDatabase(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, error) {
+	if d.cfg.MigrateOnStart {
+		if err := pg.Retry(ctx, d.cfg.DatabaseURL, logger, func(ctx context.Context) error {
+			return migrate.Apply(ctx, d.cfg.DatabaseURL, d.svc.Schema, logger)
+		}); err != nil {
+			return nil, err
+		}
+	}
 	p, err := pg.WaitPool(ctx, pg.WithPoolSize(d.cfg.DatabaseURL, d.cfg.PoolSize()), logger,
 		pg.CreatedBy(d.svc.Name+" migrate"), pg.RequireTables("processed_event"))
 	if err != nil {

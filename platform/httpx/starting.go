@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
@@ -54,10 +55,13 @@ func (s *Switch) Set(h http.Handler) { s.h.Store(&h) }
 func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load()).ServeHTTP(w, r) }
 
 // StartingRouter returns the router a process serves while it waits for its
-// dependencies: /healthz, /readyz (running checks, so 503 until they pass) and
-// /metrics as NewRouter gives them, and 503 problem+json with detail on every
-// other path.
+// dependencies: /healthz and /metrics as NewRouter gives them, /readyz running
+// checks and a "started" check that always fails with detail (a process is not
+// ready before its own routes serve, however many dependencies already answer),
+// and 503 problem+json with detail on every other path.
 func StartingRouter(logger *slog.Logger, reg *prometheus.Registry, detail string, checks ...Check) *chi.Mux {
+	starting := errors.New(detail)
+	checks = append(slices.Clip(checks), Check{Name: "started", Fn: func(context.Context) error { return starting }})
 	r := NewRouter(logger, reg, checks...)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		writeProblem(w, req, KindUnavailable, detail, nil)
@@ -66,7 +70,7 @@ func StartingRouter(logger *slog.Logger, reg *prometheus.Registry, detail string
 }
 
 // Starting is the HTTP server of a process that listens before its dependencies
-// are there: it answers /healthz, /readyz (503 until its checks pass) and
+// are there: it answers /healthz, /readyz (503 until Ready) and
 // /metrics at once, 503 on every other path, and the process's full router from
 // Ready on. Ready is safe to call while Serve runs.
 type Starting struct {

@@ -65,6 +65,9 @@ func TestSwitchFromStartingRouterToFullRouter(t *testing.T) {
 	}
 
 	p.Store(&dep{})
+	if got := status("/readyz"); got != http.StatusServiceUnavailable {
+		t.Fatalf("starting /readyz with every dependency there = %d, want 503 until the full router serves", got)
+	}
 	full := httpx.NewRouter(logger, reg, check)
 	full.Get("/things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	sw.Set(full)

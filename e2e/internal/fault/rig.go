@@ -132,8 +132,8 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 }
 
 // Start starts the relay first (so that it is the leader), then the other
-// processes, waits until every one answers /readyz 200 and every consumer's
-// queue has its consumer within timeout, and starts watching for stalls.
+// processes, waits until every one answers /readyz 200 within timeout, and
+// starts watching for stalls.
 func (r *Rig) Start(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -155,9 +155,6 @@ func (r *Rig) Start(ctx context.Context, timeout time.Duration) error {
 		if err := p.WaitReady(ctx); err != nil {
 			return err
 		}
-	}
-	if err := r.Sys.WaitSubscribed(ctx); err != nil {
-		return err
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	r.stopWatch, r.watchDone = stop, make(chan struct{})

@@ -87,19 +87,3 @@ func QueueDepths(ctx context.Context, amqpURL string, queues ...string) (map[str
 	}
 	return depths, errors.Join(errs...)
 }
-
-// queueConsumers returns the number of consumers of queue, through a passive
-// declare on a connection of its own (a missing queue closes the channel).
-func queueConsumers(amqpURL, queue string) (int, error) {
-	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, err
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	return q.Consumers, err
-}

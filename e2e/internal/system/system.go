@@ -196,9 +196,8 @@ func (s *System) Run(ctx context.Context, p *Process, args ...string) (string, e
 	return string(out), err
 }
 
-// Start starts every process and waits until each answers /readyz and every
-// consumer's queue has its consumer (WaitSubscribed), within timeout. On
-// failure it stops what it started.
+// Start starts every process and waits until each answers /readyz, within
+// timeout. On failure it stops what it started.
 func (s *System) Start(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -212,31 +211,6 @@ func (s *System) Start(ctx context.Context, timeout time.Duration) error {
 		if err := p.WaitReady(ctx); err != nil {
 			s.Stop()
 			return err
-		}
-	}
-	if err := s.WaitSubscribed(ctx); err != nil {
-		s.Stop()
-		return err
-	}
-	return nil
-}
-
-// WaitSubscribed waits until the queue of every consumer of the registry has a
-// consumer, or ctx ends. A service that serves without the broker (order)
-// answers /readyz before its consumer has declared its queue, and an event
-// published before its queue exists reaches only the unroutable queue.
-func (s *System) WaitSubscribed(ctx context.Context) error {
-	for _, c := range contracts.Consumers() {
-		for {
-			n, err := queueConsumers(s.cfg.AMQPURL, c.Queue)
-			if err == nil && n > 0 {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("queue %s has no consumer (%v): %w", c.Queue, err, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
-			}
 		}
 	}
 	return nil
