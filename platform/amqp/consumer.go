@@ -394,17 +394,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			continue
 		case (errors.Is(err, errCancelled) || isNotFound(err)) && (subscribed || !repaired):
-			// The queue is gone: declare it (and the rest of the topology)
-			// again at once instead of waiting for someone else to.
-			if rerr := c.conn.Redeclare(ctx); rerr != nil {
-				c.logger.WarnContext(ctx, "amqp consumer: the queue is missing and declaring it again failed",
-					slog.Any("error", err), slog.Any("declare_error", rerr))
-				break
+			if repaired = c.redeclare(ctx, err); repaired {
+				continue
 			}
-			c.logger.WarnContext(ctx, "amqp consumer: the queue was missing; declared the topology again, subscribing again",
-				slog.Any("error", err))
-			repaired = true
-			continue
 		}
 		repaired = false
 		c.logger.WarnContext(ctx, "amqp consumer interrupted, subscribing again", slog.Any("error", err))
@@ -412,6 +404,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// redeclare declares the queue, gone with err, again at once (and the rest of
+// the topology) instead of waiting for someone else to, and logs what happened.
+// It reports whether the declaration succeeded.
+func (c *Consumer) redeclare(ctx context.Context, err error) bool {
+	if rerr := c.conn.Redeclare(ctx); rerr != nil {
+		c.logger.WarnContext(ctx, "amqp consumer: the queue is missing and declaring it again failed",
+			slog.Any("error", err), slog.Any("declare_error", rerr))
+		return false
+	}
+	c.logger.WarnContext(ctx, "amqp consumer: the queue was missing; declared the topology again, subscribing again",
+		slog.Any("error", err))
+	return true
 }
 
 // errCancelled means the broker cancelled the subscription (basic.cancel),

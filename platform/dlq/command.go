@@ -97,7 +97,12 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var asJSON, dryRun, force, all bool
+	name := cfg.Consumer
+	if name == "" {
+		name = "dlq"
+	} else {
+		name += " dlq"
+	}
 	// do opens the connections and runs one subcommand.
 	do := func(run func(s *session) error) error {
 		s, err := open(ctx, cfg)
@@ -107,13 +112,25 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 		defer s.close()
 		return run(s)
 	}
-	name := cfg.Consumer
-	if name == "" {
-		name = "dlq"
-	} else {
-		name += " dlq"
+	err := cli.Program{Name: name, Summary: "read, replay or drop dead letters", Commands: subcommands(cfg, stdout, do)}.
+		Run(ctx, append([]string{name}, args...), stdout)
+	var ue *cli.UsageError
+	if errors.As(err, &ue) {
+		// The binary's help for dlq lists the subcommands; each has --help of its own.
+		sep := " "
+		if ue.Help == "" {
+			sep = ": "
+		}
+		return &cli.UsageError{Err: fmt.Errorf("dlq%s%w", sep, ue.Err), Help: "dlq"}
 	}
-	err := cli.Program{Name: name, Summary: "read, replay or drop dead letters", Commands: []cli.Command{{
+	return err
+}
+
+// subcommands are Run's list, show, replay and drop, each run on a session by do
+// and printing to stdout.
+func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) error) error) []cli.Command {
+	var asJSON, dryRun, force, all bool
+	return []cli.Command{{
 		Name:    "list",
 		Summary: "every open dead letter: event_id, event name, attempts, age, queue copy and reason",
 		Flags: func(fs *flag.FlagSet) {
@@ -161,17 +178,7 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 			}
 			return do(func(s *session) error { return s.drop(ctx, stdout, ids) })
 		},
-	}}}.Run(ctx, append([]string{name}, args...), stdout)
-	var ue *cli.UsageError
-	if errors.As(err, &ue) {
-		// The binary's help for dlq lists the subcommands; each has --help of its own.
-		sep := " "
-		if ue.Help == "" {
-			sep = ": "
-		}
-		return &cli.UsageError{Err: fmt.Errorf("dlq%s%w", sep, ue.Err), Help: "dlq"}
-	}
-	return err
+	}}
 }
 
 // session holds one command's connections.

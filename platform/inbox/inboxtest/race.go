@@ -73,34 +73,9 @@ func RunRace[DB, Tx any](t *testing.T, st Store[DB, Tx]) {
 	}
 	run := uuid.NewString()
 
-	type proc struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		lines *bufio.Scanner
-		out   strings.Builder
-	}
-	procs := make([]*proc, RaceProcesses)
+	procs := make([]*raceProcess, RaceProcesses)
 	for n := range procs {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), RaceWorkerEnv+"="+strconv.Itoa(n), raceDSNEnv+"="+dsn, raceRunEnv+"="+run)
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start process %d: %v", n, err)
-		}
-		p := &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
-		procs[n] = p
-		t.Cleanup(func() {
-			_ = p.stdin.Close()
-			_ = p.cmd.Wait()
-		})
+		procs[n] = startRaceProcess(ctx, t, n, dsn, run)
 	}
 	// Each process says "ready" once connected; then all are released at once.
 	for n, p := range procs {
@@ -115,36 +90,11 @@ func RunRace[DB, Tx any](t *testing.T, st Store[DB, Tx]) {
 	var results []raceResult
 	var last time.Duration
 	for n, p := range procs {
-		var r raceResult
-		found := false
-		for p.lines.Scan() {
-			line := p.lines.Text()
-			p.out.WriteString(line + "\n")
-			if rest, ok := strings.CutPrefix(line, raceResultTag); ok {
-				if err := json.Unmarshal([]byte(rest), &r); err != nil {
-					t.Fatalf("process %d: %v", n, err)
-				}
-				found = true
-				last = max(last, time.Since(start))
-			}
-		}
-		if err := p.cmd.Wait(); err != nil || !found {
-			t.Fatalf("process %d: %v, result found %v:\n%s", n, err, found, p.out.String())
-		}
-		results = append(results, r)
+		results = append(results, p.result(t, n))
+		last = max(last, time.Since(start))
 	}
 
-	processed, dups, busy := 0, 0, 0
-	for _, r := range results {
-		processed += r.Processed
-		dups += r.Duplicates
-		if r.Processed > 0 {
-			busy++
-		}
-		for _, e := range r.Errors {
-			t.Errorf("process %d: %s", r.Worker, e)
-		}
-	}
+	processed, dups, busy := tally(t, results)
 	if processed != RaceMessages || dups != RaceMessages*(RaceCopies-1) {
 		t.Errorf("across the processes: %d processed, %d duplicates; want %d, %d", processed, dups, RaceMessages, RaceMessages*(RaceCopies-1))
 	}
@@ -161,6 +111,77 @@ func RunRace[DB, Tx any](t *testing.T, st Store[DB, Tx]) {
 	}
 	t.Logf("%d processes, %d messages x %d copies: %d processed, %d duplicates, %d processes applied messages, %v from release to the last report",
 		RaceProcesses, RaceMessages, RaceCopies, processed, dups, busy, last.Round(time.Millisecond))
+}
+
+// tally adds up the processes' results: messages processed, duplicates, and
+// processes that processed any; t fails on every error a process reported.
+func tally(t *testing.T, results []raceResult) (processed, dups, busy int) {
+	for _, r := range results {
+		processed += r.Processed
+		dups += r.Duplicates
+		if r.Processed > 0 {
+			busy++
+		}
+		for _, e := range r.Errors {
+			t.Errorf("process %d: %s", r.Worker, e)
+		}
+	}
+	return processed, dups, busy
+}
+
+// raceProcess is one of RunRace's processes: its command, its stdin (closing it
+// releases the process), the lines of its stdout and what they said so far.
+type raceProcess struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	out   strings.Builder
+}
+
+// startRaceProcess starts worker n of RunRace's test t, on dsn, for the run
+// named run; t's cleanup closes its stdin and waits for it.
+func startRaceProcess(ctx context.Context, t *testing.T, n int, dsn, run string) *raceProcess {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), RaceWorkerEnv+"="+strconv.Itoa(n), raceDSNEnv+"="+dsn, raceRunEnv+"="+run)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start process %d: %v", n, err)
+	}
+	p := &raceProcess{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
+	t.Cleanup(func() {
+		_ = p.stdin.Close()
+		_ = p.cmd.Wait()
+	})
+	return p
+}
+
+// result reads process n's output to its end and returns the result it
+// reported; t fails when it reported none or exited with an error.
+func (p *raceProcess) result(t *testing.T, n int) raceResult {
+	var r raceResult
+	found := false
+	for p.lines.Scan() {
+		line := p.lines.Text()
+		p.out.WriteString(line + "\n")
+		if rest, ok := strings.CutPrefix(line, raceResultTag); ok {
+			if err := json.Unmarshal([]byte(rest), &r); err != nil {
+				t.Fatalf("process %d: %v", n, err)
+			}
+			found = true
+		}
+	}
+	if err := p.cmd.Wait(); err != nil || !found {
+		t.Fatalf("process %d: %v, result found %v:\n%s", n, err, found, p.out.String())
+	}
+	return r
 }
 
 // waitLine reads lines into out until one equals want.

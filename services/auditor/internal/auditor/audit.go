@@ -172,15 +172,7 @@ type Audit struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	unaccounted *prometheus.GaugeVec
-	dead        *prometheus.GaugeVec
-	deadAge     *prometheus.GaugeVec
-	copiesGone  *prometheus.GaugeVec
-	unanswered  prometheus.Gauge
-	lag         *prometheus.GaugeVec
-	audited     *prometheus.CounterVec
-	failures    prometheus.Counter
-	duration    prometheus.Histogram
+	metrics
 
 	mu        sync.Mutex
 	positions map[string]*position // by producer name
@@ -195,6 +187,19 @@ type position struct {
 	recheck uuid.UUID // last id the window pass checked
 	audited int64
 	lag     float64
+}
+
+// metrics are the audit's Prometheus metrics (New lists them).
+type metrics struct {
+	unaccounted *prometheus.GaugeVec
+	dead        *prometheus.GaugeVec
+	deadAge     *prometheus.GaugeVec
+	copiesGone  *prometheus.GaugeVec
+	unanswered  prometheus.Gauge
+	lag         *prometheus.GaugeVec
+	audited     *prometheus.CounterVec
+	failures    prometheus.Counter
+	duration    prometheus.Histogram
 }
 
 // New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
@@ -213,8 +218,38 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 	if cfg.Interval <= 0 || cfg.Grace <= 0 || cfg.Window <= 0 {
 		return nil, fmt.Errorf("audit: interval, grace and window must be positive")
 	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	a := &Audit{
-		st: st, cfg: cfg, logger: logger, now: time.Now,
+		st: st, cfg: cfg, logger: logger, now: time.Now, metrics: m,
+		positions: map[string]*position{},
+		findings:  map[uuid.UUID]*Finding{},
+		waiting:   map[uuid.UUID]*UnansweredFinding{},
+	}
+	a.report.Unaccounted, a.report.DeadLettered, a.report.DeadLetterCopiesMissing = map[string]int{}, map[string]int{}, map[string]int{}
+	a.report.Events, a.report.DeadLetters, a.report.UnansweredOrders = []Finding{}, []DeadLetterFinding{}, []UnansweredFinding{}
+	a.report.Producers = map[string]ProducerProgress{}
+	for _, c := range contracts.Consumers() {
+		a.unaccounted.WithLabelValues(c.Name).Set(0)
+		a.dead.WithLabelValues(c.Name).Set(0)
+		a.deadAge.WithLabelValues(c.Name).Set(0)
+		a.report.Unaccounted[c.Name] = 0
+		a.report.DeadLettered[c.Name] = 0
+	}
+	for _, p := range contracts.Producers() {
+		a.positions[p.Name] = &position{}
+		a.lag.WithLabelValues(p.Name).Set(0)
+		a.audited.WithLabelValues(p.Name).Add(0)
+		a.report.Producers[p.Name] = ProducerProgress{}
+	}
+	return a, nil
+}
+
+// newMetrics returns the audit's metrics, registered on reg.
+func newMetrics(reg prometheus.Registerer) (metrics, error) {
+	m := metrics{
 		unaccounted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_unaccounted_events",
 			Help: "Published events older than AUDIT_GRACE that the consumer has neither processed nor dead-lettered.",
@@ -252,32 +287,13 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 			Help:    "Time one audit cycle takes, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
-		positions: map[string]*position{},
-		findings:  map[uuid.UUID]*Finding{},
-		waiting:   map[uuid.UUID]*UnansweredFinding{},
 	}
-	for _, c := range []prometheus.Collector{a.unaccounted, a.dead, a.deadAge, a.copiesGone, a.unanswered, a.lag, a.audited, a.failures, a.duration} {
+	for _, c := range []prometheus.Collector{m.unaccounted, m.dead, m.deadAge, m.copiesGone, m.unanswered, m.lag, m.audited, m.failures, m.duration} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("audit metrics: %w", err)
+			return metrics{}, fmt.Errorf("audit metrics: %w", err)
 		}
 	}
-	a.report.Unaccounted, a.report.DeadLettered, a.report.DeadLetterCopiesMissing = map[string]int{}, map[string]int{}, map[string]int{}
-	a.report.Events, a.report.DeadLetters, a.report.UnansweredOrders = []Finding{}, []DeadLetterFinding{}, []UnansweredFinding{}
-	a.report.Producers = map[string]ProducerProgress{}
-	for _, c := range contracts.Consumers() {
-		a.unaccounted.WithLabelValues(c.Name).Set(0)
-		a.dead.WithLabelValues(c.Name).Set(0)
-		a.deadAge.WithLabelValues(c.Name).Set(0)
-		a.report.Unaccounted[c.Name] = 0
-		a.report.DeadLettered[c.Name] = 0
-	}
-	for _, p := range contracts.Producers() {
-		a.positions[p.Name] = &position{}
-		a.lag.WithLabelValues(p.Name).Set(0)
-		a.audited.WithLabelValues(p.Name).Add(0)
-		a.report.Producers[p.Name] = ProducerProgress{}
-	}
-	return a, nil
+	return m, nil
 }
 
 // Run runs a cycle at once and then every Interval until ctx ends; it returns nil

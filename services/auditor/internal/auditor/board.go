@@ -64,29 +64,12 @@ func (j *Journeys) Board(ctx context.Context, n int) ([]BoardRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	own, outcome := orderProducer(), outcomes()
-	placed, outcomeAt := map[uuid.UUID]time.Time{}, map[uuid.UUID]store.OutboxRow{}
-	latest, answer := map[uuid.UUID]store.OutboxRow{}, map[uuid.UUID]store.OutboxRow{}
-	for _, r := range rows { // in id (time) order: the last one wins
-		switch {
-		case r.Producer != own:
-			answer[r.OrderID] = r
-		case outcome[r.EventName] != "":
-			outcomeAt[r.OrderID] = r
-		default:
-			if r.EventName == contracts.EventOrderPlaced {
-				placed[r.OrderID] = r.OccurredAt
-			}
-			if l, ok := latest[r.OrderID]; !ok || r.OrderVersion > l.OrderVersion {
-				latest[r.OrderID] = r
-			}
-		}
-	}
-	last := make([]store.OutboxRow, 0, len(latest)+len(answer))
-	for _, r := range latest {
+	legs := sortLegs(rows)
+	last := make([]store.OutboxRow, 0, len(legs.request)+len(legs.answer))
+	for _, r := range legs.request {
 		last = append(last, r)
 	}
-	for _, r := range answer {
+	for _, r := range legs.answer {
 		last = append(last, r)
 	}
 	ds, err := deliveries(ctx, j.st, last, now, j.grace)
@@ -95,32 +78,68 @@ func (j *Journeys) Board(ctx context.Context, n int) ([]BoardRow, error) {
 	}
 	out := make([]BoardRow, 0, len(orders))
 	for _, o := range orders {
-		b := BoardRow{OrderID: o.ID, Status: o.Status, Version: o.Version, Draft: o.CreatedAt, Consumers: map[string]Delivery{}}
-		if at, ok := placed[o.ID]; ok {
-			b.Placed = &at
-		}
-		if r, ok := latest[o.ID]; ok {
-			id, occurred := r.ID, r.OccurredAt
-			b.Event, b.EventID, b.InOutbox, b.Published = r.EventName, &id, &occurred, r.PublishedAt
-			for _, d := range ds[r.ID] {
-				b.Consumers[d.Consumer] = d
-			}
-		}
-		if r, ok := answer[o.ID]; ok {
-			a := &AnswerLeg{Producer: r.Producer, Event: r.EventName, EventID: r.ID, InOutbox: r.OccurredAt,
-				Published: r.PublishedAt, Consumers: map[string]Delivery{}}
-			for _, d := range ds[r.ID] {
-				a.Consumers[d.Consumer] = d
-			}
-			if oc, ok := outcomeAt[o.ID]; ok && !oc.OccurredAt.Before(r.OccurredAt) {
-				at := oc.OccurredAt
-				a.Outcome, a.OutcomeAt = outcome[oc.EventName], &at
-			}
-			b.Answer = a
-		}
-		out = append(out, b)
+		out = append(out, legs.row(o, ds))
 	}
 	return out, nil
+}
+
+// legs are the events of the board's orders sorted by order id into the two legs.
+type legs struct {
+	placed  map[uuid.UUID]time.Time       // when the order was placed
+	request map[uuid.UUID]store.OutboxRow // the order's latest own event, other than an outcome
+	answer  map[uuid.UUID]store.OutboxRow // the latest answer in another producer's outbox
+	outcome map[uuid.UUID]store.OutboxRow // the order's latest event recording an answer's outcome
+}
+
+// sortLegs sorts rows, in id (time) order, into legs: the last one of each kind wins.
+func sortLegs(rows []store.OutboxRow) legs {
+	own, outcome := orderProducer(), outcomes()
+	l := legs{placed: map[uuid.UUID]time.Time{}, request: map[uuid.UUID]store.OutboxRow{},
+		answer: map[uuid.UUID]store.OutboxRow{}, outcome: map[uuid.UUID]store.OutboxRow{}}
+	for _, r := range rows {
+		switch {
+		case r.Producer != own:
+			l.answer[r.OrderID] = r
+		case outcome[r.EventName] != "":
+			l.outcome[r.OrderID] = r
+		default:
+			if r.EventName == contracts.EventOrderPlaced {
+				l.placed[r.OrderID] = r.OccurredAt
+			}
+			if q, ok := l.request[r.OrderID]; !ok || r.OrderVersion > q.OrderVersion {
+				l.request[r.OrderID] = r
+			}
+		}
+	}
+	return l
+}
+
+// row returns o's row of the board, with the deliveries ds of its events by event id.
+func (l legs) row(o store.Order, ds map[uuid.UUID][]Delivery) BoardRow {
+	b := BoardRow{OrderID: o.ID, Status: o.Status, Version: o.Version, Draft: o.CreatedAt, Consumers: map[string]Delivery{}}
+	if at, ok := l.placed[o.ID]; ok {
+		b.Placed = &at
+	}
+	if r, ok := l.request[o.ID]; ok {
+		id, occurred := r.ID, r.OccurredAt
+		b.Event, b.EventID, b.InOutbox, b.Published = r.EventName, &id, &occurred, r.PublishedAt
+		for _, d := range ds[r.ID] {
+			b.Consumers[d.Consumer] = d
+		}
+	}
+	if r, ok := l.answer[o.ID]; ok {
+		a := &AnswerLeg{Producer: r.Producer, Event: r.EventName, EventID: r.ID, InOutbox: r.OccurredAt,
+			Published: r.PublishedAt, Consumers: map[string]Delivery{}}
+		for _, d := range ds[r.ID] {
+			a.Consumers[d.Consumer] = d
+		}
+		if oc, ok := l.outcome[o.ID]; ok && !oc.OccurredAt.Before(r.OccurredAt) {
+			at := oc.OccurredAt
+			a.Outcome, a.OutcomeAt = outcomes()[oc.EventName], &at
+		}
+		b.Answer = a
+	}
+	return b
 }
 
 // PublishedTotal counts the published events of every producer: those the audit

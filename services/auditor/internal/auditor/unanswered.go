@@ -113,19 +113,9 @@ func (a *Audit) recheckUnanswered(ctx context.Context, now time.Time) error {
 			still[o.ID] = true
 		}
 	}
-	answers := map[uuid.UUID]*Answer{}
-	for _, producer := range answeringProducers(reqs) {
-		rows, err := a.st.OutboxOfOrders(ctx, producer, ids, minID(from.Add(-eventSlack)), maxID(now), maxAnswersRead)
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			u, ok := waiting[r.OrderID]
-			if !ok || r.OrderVersion != u.Version || !slices.Contains(reqs[u.EventName].answers, r.EventName) {
-				continue
-			}
-			answers[r.OrderID] = &Answer{Producer: r.Producer, EventID: r.ID, EventName: r.EventName, PublishedAt: r.PublishedAt}
-		}
+	answers, err := a.answersTo(ctx, waiting, ids, from, now)
+	if err != nil {
+		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -156,4 +146,26 @@ func answeringProducers(reqs map[string]request) []string {
 		}
 	}
 	return out
+}
+
+// answersTo looks for the answer to each waiting order (ids, their keys) in the
+// answering producers' outboxes, between from (less eventSlack) and now; it returns
+// them by order id, with no entry for an order without one.
+func (a *Audit) answersTo(ctx context.Context, waiting map[uuid.UUID]UnansweredFinding, ids []uuid.UUID, from, now time.Time) (map[uuid.UUID]*Answer, error) {
+	reqs := requests()
+	answers := map[uuid.UUID]*Answer{}
+	for _, producer := range answeringProducers(reqs) {
+		rows, err := a.st.OutboxOfOrders(ctx, producer, ids, minID(from.Add(-eventSlack)), maxID(now), maxAnswersRead)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			u, ok := waiting[r.OrderID]
+			if !ok || r.OrderVersion != u.Version || !slices.Contains(reqs[u.EventName].answers, r.EventName) {
+				continue
+			}
+			answers[r.OrderID] = &Answer{Producer: r.Producer, EventID: r.ID, EventName: r.EventName, PublishedAt: r.PublishedAt}
+		}
+	}
+	return answers, nil
 }
