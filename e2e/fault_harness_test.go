@@ -77,8 +77,9 @@ func nodeVhost(t *testing.T, n *fault.Node) broker {
 
 // newRig starts the shop behind proxies on fresh databases and b, with the
 // suite's fast retries, and stops it when the test ends (logging the
-// processes' last output when the test failed).
-func newRig(t *testing.T, b broker, processEnv map[string][]string) *fault.Rig {
+// processes' last output when the test failed). Each of opts may change the
+// rig's configuration first (another database, the auditor).
+func newRig(t *testing.T, b broker, processEnv map[string][]string, opts ...func(*fault.Config)) *fault.Rig {
 	t.Helper()
 	ctx := testkit.Context(t)
 	cfg := fault.Config{
@@ -91,6 +92,9 @@ func newRig(t *testing.T, b broker, processEnv map[string][]string) *fault.Rig {
 		Vhost:         b.vhost,
 		Env:           fastRetries(),
 		ProcessEnv:    processEnv,
+	}
+	for _, opt := range opts {
+		opt(&cfg)
 	}
 	if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {
 		f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".log"))

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/e2e/internal/system"
 )
@@ -18,6 +20,8 @@ import (
 // (the place on the same order, until 200, or 409 after an earlier attempt
 // that may have committed); the driver never gives up on an order while it
 // runs, so an outage slows it down but never loses an order from its count.
+// Only an order that is gone when placed (404: a failover erased its creation)
+// is counted as vanished and left.
 type Load struct {
 	rig    *Rig
 	cancel context.CancelFunc
@@ -57,6 +61,13 @@ func (l *Load) client(ctx context.Context, pause time.Duration) {
 			st, err := l.rig.API.Place(ctx, o.ID)
 			if err == nil && (st == http.StatusOK || (tried && st == http.StatusConflict)) {
 				l.rig.placed.Add(1)
+				l.rig.mu.Lock()
+				l.rig.placedIDs = append(l.rig.placedIDs, o.ID)
+				l.rig.mu.Unlock()
+				break
+			}
+			if err == nil && st == http.StatusNotFound {
+				l.rig.vanished.Add(1) // its creation was acknowledged, then lost (a failover)
 				break
 			}
 			if !l.retry(ctx) {
@@ -99,6 +110,34 @@ func (l *Load) Errors() int { return int(l.errors.Load()) }
 
 // Placed returns the orders the driver saw placed so far.
 func (r *Rig) Placed() int { return int(r.placed.Load()) }
+
+// Vanished returns the orders whose creation the driver saw acknowledged and
+// that were gone when it placed them (erased by a database failover).
+func (r *Rig) Vanished() int { return int(r.vanished.Load()) }
+
+// MissingPlaced returns the ids of the orders the driver saw placed that the
+// order database does not hold as placed (or further) now: acknowledged
+// commits a failover lost.
+func (r *Rig) MissingPlaced(ctx context.Context) ([]string, error) {
+	r.mu.Lock()
+	ids := slices.Clone(r.placedIDs)
+	r.mu.Unlock()
+	rows, err := r.DBs.Order.Query(ctx, `SELECT id::text FROM orders WHERE id = ANY($1::uuid[]) AND status <> 'draft'`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("placed orders: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("placed orders: %w", err)
+	}
+	var missing []string
+	for _, id := range ids {
+		if !slices.Contains(found, id) {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
+}
 
 // WaitPlaced waits until the driver saw n orders placed in all, or timeout.
 func (r *Rig) WaitPlaced(ctx context.Context, n int, timeout time.Duration) error {

@@ -30,7 +30,8 @@ import (
 
 // Config says where the binaries are and which databases and broker the rig
 // runs on. The URLs are the direct ones; the rig routes each process through
-// its own proxies.
+// its own proxies, except a URL naming several hosts (PostgreSQL) or an
+// AMQP_URL listing several nodes, which the processes get as it is.
 type Config struct {
 	BinDir        string
 	OrderDBURL    string
@@ -42,6 +43,7 @@ type Config struct {
 	Env           []string                                                  // KEY=VALUE added to every process
 	ProcessEnv    map[string][]string                                       // KEY=VALUE added to one process
 	Log           io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
+	Auditor       bool                                                      // run the auditor too, on the direct URLs
 }
 
 // Proxy names: <process>-pg and <process>-amqp, for the processes "order",
@@ -64,11 +66,13 @@ type Rig struct {
 	API *system.Client
 	cfg Config
 
-	placed atomic.Int64 // orders the load driver saw placed
+	placed   atomic.Int64 // orders the load driver saw placed
+	vanished atomic.Int64 // orders acknowledged created, gone when placed
 
 	mu         sync.Mutex
-	dupsBefore float64 // duplicates counted by consumer processes since replaced
-	dupsLedger int     // duplicates already reported by an earlier ledger
+	placedIDs  []string // the orders the load driver saw placed
+	dupsBefore float64  // duplicates counted by consumer processes since replaced
+	dupsLedger int      // duplicates already reported by an earlier ledger
 	stall      time.Duration
 	stopWatch  context.CancelFunc
 	watchDone  chan struct{}
@@ -97,6 +101,10 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 			if up == "amqp" {
 				target, key = cfg.AMQPURL, "AMQP_URL"
 			}
+			if strings.Contains(target, ",") { // several hosts or nodes: direct, no proxy
+				penv[proc] = append(penv[proc], key+"="+target)
+				continue
+			}
 			routed, err := r.Net.Route(name, target)
 			if err != nil {
 				r.Net.Close()
@@ -106,6 +114,11 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		}
 		penv[proc] = append(penv[proc], cfg.ProcessEnv[proc]...)
 	}
+	for proc, env := range cfg.ProcessEnv {
+		if processUpstreams[proc] == nil { // the auditor
+			penv[proc] = env
+		}
+	}
 	sys, err := system.New(system.Config{
 		BinDir:     cfg.BinDir,
 		DBURLs:     map[string]string{"order": cfg.OrderDBURL, "stock": cfg.StockDBURL, "shipping": cfg.ShippingDBURL},
@@ -113,6 +126,7 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		Env:        cfg.Env,
 		ProcessEnv: penv,
 		Standby:    true,
+		Auditor:    cfg.Auditor,
 		Log:        cfg.Log,
 	})
 	if err != nil {
