@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
@@ -99,7 +98,7 @@ func (o Options) withDefaults() Options {
 // connections that publish, so a process that consumes and publishes should
 // use two Connections, or its acks stall during an alarm.
 type Connection struct {
-	url     string
+	nodes   *Nodes
 	topo    Topology
 	logger  *slog.Logger
 	opts    Options
@@ -126,29 +125,36 @@ type Connection struct {
 	unblocked    chan struct{}
 }
 
-// URLFromEnv returns the broker URL in key, def when it is unset, and records a
-// *config.VarError on env for a value that is no amqp:// or amqps:// URI, so that a
-// binary refuses it with its other configuration errors, before it starts anything.
-// The recorded message masks a password.
+// URLFromEnv returns the broker URL in key, def when it is unset: one AMQP URL,
+// or the nodes of one cluster as a comma-separated list of them (see Nodes).
+// It records a *config.VarError on env for a value that ParseNodes refuses (an
+// entry that is no amqp:// or amqps:// URI, entries with different vhosts or
+// users; the message names the entry), so that a binary refuses it with its
+// other configuration errors, before it starts anything. The recorded message
+// masks passwords.
 func URLFromEnv(env *config.Env, key, def string) string {
 	raw := env.String(key, def)
-	if _, err := amqp091.ParseURI(raw); err != nil {
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may hold a password
-		}
-		env.Errorf(key, "%q is not an AMQP URL such as amqp://user:password@host:5672/vhost (%v)", config.MaskURL(raw), err)
+	if _, err := ParseNodes(raw); err != nil {
+		env.Errorf(key, "%v", err)
 	}
 	return raw
 }
 
-// Dial connects to url with the default Options; see DialOptions.
+// Dial connects to url (one AMQP URL or a list of nodes, see Nodes) with the
+// default Options; see DialOptions.
 func Dial(ctx context.Context, url string, topo Topology, logger *slog.Logger) (*Connection, error) {
 	return DialOptions(ctx, url, topo, logger, Options{})
 }
 
 // DialOptions connects to url and declares topo, retrying failed dials with
 // capped exponential backoff and jitter until it succeeds or ctx ends
-// (then it returns the last dial error joined with ctx.Err()). A topology
+// (then it returns the last dial error joined with ctx.Err()). url is one
+// AMQP URL or the comma-separated URLs of a cluster's nodes (ParseNodes; a
+// url it refuses is returned at once). Every connect, the first and each
+// reconnect, tries the nodes in turn, starting with the node after the one
+// tried last, and falls through to the next node at once when a dial fails;
+// the backoff applies once every node has failed. Each connect logs INFO
+// "amqp connected" with the node's URL, password masked. A topology
 // that the broker refuses (for example PRECONDITION_FAILED because a queue
 // exists with other arguments) is a configuration error and is returned at
 // once. After a successful Dial the Connection reconnects by itself after
@@ -158,11 +164,15 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	if err := topo.Validate(); err != nil {
 		return nil, err
 	}
+	nodes, err := ParseNodes(url)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: %w", err)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Connection{
-		url:       url,
+		nodes:     nodes,
 		topo:      topo,
 		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", config.MaskURL(url))),
 		opts:      opts.withDefaults(),
@@ -200,8 +210,9 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	}
 }
 
-// connect dials once, declares the topology and publishes the connection
-// and the socket under it. blocks receives the connection's
+// connect dials (each node once at most, Nodes.DialConfig), declares the
+// topology, publishes the connection and the socket under it and logs
+// "amqp connected" with the node. blocks receives the connection's
 // connection.blocked notifications. Close cuts a connect in progress: the
 // dial ends with Close, and Close closes the socket of a handshake or a
 // declaration under way.
@@ -220,13 +231,13 @@ func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks 
 	if c.opts.Name != "" {
 		cfg.Properties.SetClientConnectionName(c.opts.Name)
 	}
-	conn, err = amqp091.DialConfig(c.url, cfg)
+	conn, node, err := c.nodes.DialConfig(cfg)
 	if err != nil {
 		c.setDown(err)
 		if c.isClosed() {
 			return nil, nil, nil, ErrClosed
 		}
-		return nil, nil, nil, fmt.Errorf("amqp dial %s: %w", config.MaskURL(c.url), err)
+		return nil, nil, nil, err
 	}
 	blocks = conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
 	if err := c.declare(conn); err != nil {
@@ -247,6 +258,7 @@ func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks 
 	c.conn, c.netConn, c.lastErr = conn, sock, nil
 	close(c.up)
 	c.mu.Unlock()
+	c.logger.Info("amqp connected", slog.String("node", node))
 	return conn, sock, blocks, nil
 }
 
@@ -400,8 +412,7 @@ func (c *Connection) watch(conn *amqp091.Connection, sock net.Conn, blocks chan 
 			next, nextSock, nextBlocks, err := c.connect()
 			if err == nil {
 				conn, sock, blocks = next, nextSock, nextBlocks
-				c.logger.Info("amqp connection restored")
-				break
+				break // connect logged "amqp connected" with the node
 			}
 			if errors.Is(err, ErrClosed) {
 				return

@@ -184,11 +184,50 @@ func (e *Env) Err() error {
 	return errors.Join(e.errs...)
 }
 
+// SplitURLs splits a comma-separated list of URLs, such as an AMQP_URL naming
+// the nodes of a cluster ("amqp://u:p@n1/shop,amqp://u:p@n2/shop"), into its
+// entries, white space around each trimmed. A new entry starts only at a comma
+// followed by a scheme and "://", so a comma inside a URL (a password "a,b",
+// PostgreSQL's host list "postgres://h1,h2/db") stays in its entry and a single
+// URL comes back whole. A value ending in a comma keeps it on its last entry.
+// "" yields one empty entry.
+func SplitURLs(s string) []string {
+	var entries []string
+	for i, piece := range strings.Split(s, ",") {
+		if i > 0 && !startsWithScheme(strings.TrimSpace(piece)) {
+			entries[len(entries)-1] += "," + piece
+			continue
+		}
+		entries = append(entries, piece)
+	}
+	for i := range entries {
+		entries[i] = strings.TrimSpace(entries[i])
+	}
+	return entries
+}
+
+// scheme matches the start of an absolute URL: a scheme (RFC 3986) and "://".
+var scheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+
+func startsWithScheme(s string) bool { return scheme.MatchString(s) }
+
 // MaskURL returns u with any password replaced by "xxxxx", for logs: the user-info password
 // of a URL (postgres://app:secret@db/orders), a password query parameter, or the password
-// keyword of a key/value connection string. A value that cannot be parsed as a URL is
-// replaced entirely by "<unparseable URL>", since it might hold a secret.
+// keyword of a key/value connection string. A list of URLs (SplitURLs) has every entry
+// masked, joined again by ",". A value that cannot be parsed as a URL is replaced entirely
+// by "<unparseable URL>" (one entry of a list: that entry), since it might hold a secret.
 func MaskURL(u string) string {
+	if entries := SplitURLs(u); len(entries) > 1 {
+		for i, e := range entries {
+			entries[i] = maskOne(e)
+		}
+		return strings.Join(entries, ",")
+	}
+	return maskOne(u)
+}
+
+// maskOne is MaskURL for one URL or connection string.
+func maskOne(u string) string {
 	if u == "" {
 		return ""
 	}

@@ -146,6 +146,14 @@ func TestMaskURL(t *testing.T) {
 		{"host=db password='a b' dbname=orders", "host=db password=xxxxx dbname=orders"},
 		{":8081", ":8081"},
 		{"postgres://app:secret@db:bad port/x", "<unparseable URL>"},
+		// A list of nodes: every entry masked.
+		{"amqp://u:secret@10.0.0.1:5672/shop,amqp://u:secret@10.0.0.2:5672/shop, amqps://u:secret@10.0.0.3:5671/shop",
+			"amqp://u:xxxxx@10.0.0.1:5672/shop,amqp://u:xxxxx@10.0.0.2:5672/shop,amqps://u:xxxxx@10.0.0.3:5671/shop"},
+		{"amqp://u:secret@h1/shop,amqp://u:secret@h2:bad port/shop", "amqp://u:xxxxx@h1/shop,<unparseable URL>"},
+		// A comma inside one URL does not split it.
+		{"amqp://u:a,secret@h1/shop", "amqp://u:xxxxx@h1/shop"},
+		{"amqp://u:a,secret@h1/shop,amqp://u:a,secret@h2/shop", "amqp://u:xxxxx@h1/shop,amqp://u:xxxxx@h2/shop"},
+		{"postgres://app:secret@h1:5432,h2:5432/orders", "postgres://app:xxxxx@h1:5432,h2:5432/orders"},
 	}
 	for _, tt := range tests {
 		if got := config.MaskURL(tt.in); got != tt.want {

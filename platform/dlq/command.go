@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
@@ -31,7 +32,8 @@ type Config struct {
 	DeadLetterQueue string
 	// DatabaseURL is the service's database (the <service>_maintenance role in production).
 	DatabaseURL string
-	// AMQPURL is the broker (the service's own RabbitMQ user).
+	// AMQPURL is the broker (the service's own RabbitMQ user): one URL or the
+	// comma-separated URLs of a cluster's nodes, tried in order (amqp.Nodes).
 	AMQPURL string
 	// Horizon is the shortest horizon purge-inbox accepts (INBOX_MIN_RETENTION): a
 	// message whose event occurred longer ago may have lost its processed_event key, so
@@ -39,7 +41,8 @@ type Config struct {
 	Horizon time.Duration
 	// ConfirmTimeout bounds each publish's wait for the broker's confirm (default 5 s).
 	ConfirmTimeout time.Duration
-	// Logger receives one line per dropped or replayed message.
+	// Logger receives one line per dropped or replayed message, and "amqp
+	// connected" with the broker node the command uses.
 	Logger *slog.Logger
 	// Check, when set, is the consumer's own check of a delivery (ContractCheck):
 	// replay, --dry-run included, refuses without --force a message it fails, which
@@ -196,13 +199,10 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: database %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 	}
-	conn, err := amqp091.DialConfig(cfg.AMQPURL, amqp091.Config{
-		Dial: amqp091.DefaultDial(10 * time.Second), Heartbeat: 5 * time.Second,
-		Properties: amqp091.Table{"connection_name": cfg.Consumer + " dlq"},
-	})
+	conn, err := dialBroker(cfg)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("dlq: broker %s: %w", config.MaskURL(cfg.AMQPURL), err)
+		return nil, err
 	}
 	// The broker calls below take no context; closing the connection ends them.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
@@ -218,6 +218,26 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 	}
 	return &session{cfg: cfg, pool: pool, conn: conn, ch: ch,
 		returns: ch.NotifyReturn(make(chan amqp091.Return, 1)), stop: stop}, nil
+}
+
+// dialBroker opens the command's own connection to the first node of
+// cfg.AMQPURL (one URL or a list of a cluster's nodes, amqp.Nodes) that
+// accepts, each tried once in order, and logs "amqp connected" with the node.
+// The error names every node tried and why it failed.
+func dialBroker(cfg Config) (*amqp091.Connection, error) {
+	nodes, err := amqp.ParseNodes(cfg.AMQPURL)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: broker: %w", err)
+	}
+	conn, node, err := nodes.DialConfig(amqp091.Config{
+		Dial: amqp091.DefaultDial(10 * time.Second), Heartbeat: 5 * time.Second,
+		Properties: amqp091.Table{"connection_name": cfg.Consumer + " dlq"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlq: broker: %w", err)
+	}
+	cfg.Logger.Info("amqp connected", slog.String("node", node))
+	return conn, nil
 }
 
 func (s *session) close() {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/cli"
+	"example.com/shop/platform/config"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/testkit"
@@ -360,5 +362,47 @@ func TestIdentify(t *testing.T) {
 	// sha256 of "x"
 	if got := Identify([]byte(`x`), "", ""); got.Key != "sha256:2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881" {
 		t.Errorf("body hash: %+v", got)
+	}
+}
+
+// TestListOfNodesWithADeadFirst: with AMQP_URL a list of nodes whose first one
+// refuses, the commands fall through to the next node, say which one they are on,
+// read the dead-letter queue and replay; with every node dead the error names each.
+func TestListOfNodesWithADeadFirst(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.consume(t, func() bool { return true })
+	id, m := event(time.Now())
+	f.publish(t, m)
+	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+
+	live := f.cfg.AMQPURL
+	u, err := url.Parse(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = "127.0.0.1:1" // nothing listens on port 1
+	dead := u.String()
+	logger, logs := testkit.Logger(t)
+	f.cfg.Logger = logger
+	f.cfg.AMQPURL = dead + "," + live
+
+	out, err := f.run(t, "list", "--json")
+	var entries []Entry
+	if err != nil || json.Unmarshal([]byte(out), &entries) != nil || len(entries) != 1 || !entries[0].InQueue {
+		t.Fatalf("list --json = %s, %v; want the dead letter and its queue copy", out, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"amqp connected","node":"`+config.MaskURL(live)+`"`) {
+		t.Errorf("no amqp connected line for %s in:\n%s", config.MaskURL(live), logs)
+	}
+	if out, err := f.run(t, "replay", "--force", id.String()); err != nil || !strings.HasPrefix(out, "replayed") {
+		t.Fatalf("replay = %q, %v", out, err)
+	}
+
+	u.Host = "127.0.0.1:2"
+	f.cfg.AMQPURL = dead + "," + u.String()
+	_, err = f.run(t, "list")
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "127.0.0.1:2") {
+		t.Fatalf("list on dead nodes: %v, want an error naming both", err)
 	}
 }

@@ -72,7 +72,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	}()
 	// The broker is only read for dead-letter queue depths, on demand: the probe
 	// dials it then, so the auditor starts and audits without it.
-	pr := probe.New(cfg.MetricsURLs, cfg.AMQPURL)
+	pr := probe.New(cfg.MetricsURLs, cfg.AMQPURL, logger)
 	defer func() { _ = pr.Close() }()
 	var st atomic.Pointer[store.Store]
 	check := httpx.Pending("postgres", &st, (*store.Store).Ping)

@@ -90,7 +90,7 @@ VALUES ($1, $2, $2, $3, $4, $4)`, answer, contracts.EventStockReservationConfirm
 	}
 	// Nothing listens on port 1: the counters scraped from the services are notes.
 	pr := probe.New(map[string]string{contracts.ConsumerStock: "http://127.0.0.1:1/metrics",
-		contracts.ConsumerShipping: "http://127.0.0.1:1/metrics"}, "amqp://guest:guest@127.0.0.1:1/")
+		contracts.ConsumerShipping: "http://127.0.0.1:1/metrics"}, "amqp://guest:guest@127.0.0.1:1/", nil)
 	t.Cleanup(func() { _ = pr.Close() })
 	r := httpx.NewRouter(logger, reg)
 	api.New(audit, auditor.NewJourneys(s, time.Minute), s, pr, apidoc.OpenAPI, logger).Routes(r)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/amqp"
 )
 
 // Timeout bounds one scrape and one queue read (2 s).
@@ -26,16 +29,27 @@ const Timeout = 2 * time.Second
 type Probe struct {
 	metricsURLs map[string]string // consumer -> URL of its /metrics
 	client      *http.Client
-	amqpURL     string
+	nodes       *amqp.Nodes // nil when the URL is refused
+	nodesErr    error
+	logger      *slog.Logger
 
 	mu   sync.Mutex
 	conn *amqp091.Connection // dialled on first use, again after a loss
 }
 
 // New returns a Probe scraping metricsURLs (consumer name -> http://host:port/metrics)
-// and reading queue depths on the broker of amqpURL. Close releases its connection.
-func New(metricsURLs map[string]string, amqpURL string) *Probe {
-	return &Probe{metricsURLs: metricsURLs, client: &http.Client{Timeout: Timeout}, amqpURL: amqpURL}
+// and reading queue depths on the broker of amqpURL: one URL or the comma-separated
+// URLs of a cluster's nodes (amqp.Nodes), each dial trying them in turn from the node
+// after the one tried last. A URL that amqp.ParseNodes refuses makes every queue
+// read fail with its error. logger (nil: none) gets "amqp connected" with the node
+// on each dial. Close releases its connection.
+func New(metricsURLs map[string]string, amqpURL string, logger *slog.Logger) *Probe {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	nodes, err := amqp.ParseNodes(amqpURL)
+	return &Probe{metricsURLs: metricsURLs, client: &http.Client{Timeout: Timeout},
+		nodes: nodes, nodesErr: err, logger: logger.With(slog.String("component", "probe"))}
 }
 
 // Close closes the broker connection, if one is open.
@@ -50,19 +64,23 @@ func (p *Probe) Close() error {
 	return err
 }
 
-// channel opens a channel, dialling the broker (within Timeout) when no connection is
-// open.
+// channel opens a channel, dialling the broker (within Timeout per node) when no
+// connection is open.
 func (p *Probe) channel() (*amqp091.Channel, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := amqp091.DialConfig(p.amqpURL, amqp091.Config{
+		if p.nodesErr != nil {
+			return nil, fmt.Errorf("dial the broker: %w", p.nodesErr)
+		}
+		conn, node, err := p.nodes.DialConfig(amqp091.Config{
 			Dial:       amqp091.DefaultDial(Timeout),
 			Properties: amqp091.Table{"connection_name": "auditor"},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dial the broker: %w", err)
 		}
+		p.logger.Info("amqp connected", slog.String("node", node))
 		p.conn = conn
 	}
 	return p.conn.Channel()

@@ -22,7 +22,7 @@ amqp_consumer_retries_total{consumer="stock",queue="b"} 5
 `))
 	}))
 	defer srv.Close()
-	p := probe.New(map[string]string{"stock": srv.URL, "shipping": "http://127.0.0.1:1/metrics"}, "amqp://127.0.0.1:1/")
+	p := probe.New(map[string]string{"stock": srv.URL, "shipping": "http://127.0.0.1:1/metrics"}, "amqp://127.0.0.1:1/", nil)
 	defer p.Close()
 	got, err := p.Counters(context.Background(), "inbox_duplicates_total", "amqp_consumer_retries_total")
 	if err == nil {
@@ -62,7 +62,7 @@ func TestQueueDepthsReadsWithoutConsuming(t *testing.T) {
 			t.Fatal("nacked")
 		}
 	}
-	p := probe.New(nil, url)
+	p := probe.New(nil, url, nil)
 	defer p.Close()
 	for range 2 { // reading twice finds the same messages: nothing was consumed
 		depths, err := p.QueueDepths(context.Background(), "q.dlq", "no.such.queue")

@@ -1,0 +1,103 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/config"
+)
+
+// Nodes is the broker an AMQP_URL names: one node, or the nodes of one
+// cluster as a comma-separated list of URLs that share their vhost and user
+// ("amqp://u:p@10.0.0.1:5672/shop,amqp://u:p@10.0.0.2:5672/shop"). Each
+// DialConfig tries the nodes in turn, starting with the node after the one
+// tried last, so a process that lost its node moves on to the next one and
+// the processes of a fleet spread over the cluster as they reconnect. A
+// Nodes is safe for concurrent use.
+type Nodes struct {
+	urls []string
+
+	mu   sync.Mutex
+	last int // index of the node tried last; -1 before the first dial
+}
+
+// ParseNodes parses raw, one AMQP URL or a comma-separated list of them
+// (config.SplitURLs: a comma inside a URL, in a password say, stays in its
+// URL). Every entry must parse as an amqp:// or amqps:// URI, and every entry
+// must name the vhost and the user of the first. The error says which entry
+// is wrong and why, with passwords masked.
+func ParseNodes(raw string) (*Nodes, error) {
+	entries := config.SplitURLs(raw)
+	var first amqp091.URI
+	for i, e := range entries {
+		where := ""
+		if len(entries) > 1 {
+			where = fmt.Sprintf("entry %d of %d: ", i+1, len(entries))
+		}
+		if strings.HasSuffix(e, ",") {
+			return nil, fmt.Errorf("%s%q ends with a comma: an empty entry", where, config.MaskURL(e))
+		}
+		uri, err := amqp091.ParseURI(e)
+		if err != nil {
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				err = ue.Err // without the URL, which may hold a password
+			}
+			return nil, fmt.Errorf("%s%q is not an AMQP URL such as amqp://user:password@host:5672/vhost (%v)",
+				where, config.MaskURL(e), err)
+		}
+		if i == 0 {
+			first = uri
+			continue
+		}
+		if uri.Vhost != first.Vhost || uri.Username != first.Username {
+			return nil, fmt.Errorf("%s%q has vhost %q and user %q, entry 1 vhost %q and user %q: "+
+				"the nodes of one list are one cluster, with one vhost and one user",
+				where, config.MaskURL(e), uri.Vhost, uri.Username, first.Vhost, first.Username)
+		}
+	}
+	return &Nodes{urls: entries, last: -1}, nil
+}
+
+// Len returns the number of nodes, at least 1.
+func (n *Nodes) Len() int { return len(n.urls) }
+
+// String returns the nodes as configured, each password masked.
+func (n *Nodes) String() string { return config.MaskURL(strings.Join(n.urls, ",")) }
+
+// next returns the URL of the node after the one tried last (the first node
+// at the first call) and records it as tried.
+func (n *Nodes) next() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.last = (n.last + 1) % len(n.urls)
+	return n.urls[n.last]
+}
+
+// DialConfig opens a connection with cfg to the first node that accepts,
+// trying each node once in turn, starting with the node after the one tried
+// last (the first node at the first call). It returns the connection and its
+// node's URL with the password masked, for a log line. When every node
+// fails, the error joins one "amqp dial <masked node>: <cause>" per node, in
+// the order tried; for a single node it is that one error. A dial bounded by
+// cfg.Dial (amqp091's default: 30 s) is tried on each node in turn, so a
+// node that does not answer delays the next by up to that bound.
+func (n *Nodes) DialConfig(cfg amqp091.Config) (*amqp091.Connection, string, error) {
+	var errs []error
+	for range n.urls {
+		node := n.next()
+		conn, err := amqp091.DialConfig(node, cfg)
+		if err == nil {
+			return conn, config.MaskURL(node), nil
+		}
+		errs = append(errs, fmt.Errorf("amqp dial %s: %w", config.MaskURL(node), err))
+	}
+	if len(errs) == 1 {
+		return nil, "", errs[0]
+	}
+	return nil, "", errors.Join(errs...)
+}

@@ -1,0 +1,176 @@
+package amqp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/shop/platform/config"
+	"example.com/shop/platform/testkit"
+)
+
+// onHost returns rawURL with its host:port replaced by hostPort.
+func onHost(t testing.TB, rawURL, hostPort string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = hostPort
+	return u.String()
+}
+
+// vhostTopology is a small private topology for a test on its own vhost
+// (NewVhost deletes it, and everything in it, when the test ends).
+func vhostTopology() Topology {
+	return Topology{
+		Exchange: "t.events", AlternateExchange: "t.alternate", UnroutableQueue: "t.unroutable",
+		DeadLetterExchange: "t.dlx",
+		Queues:             []QueueSpec{{Name: "t.q", DeadLetterQueue: "t.q.dlq", RoutingKeys: []string{testKey}}},
+	}
+}
+
+// connectedNodes returns the node of every "amqp connected" line in logs, in order.
+func connectedNodes(t testing.TB, logs *testkit.Logs) []string {
+	t.Helper()
+	var nodes []string
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	for sc.Scan() {
+		var line struct{ Msg, Node string }
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		if line.Msg == "amqp connected" {
+			nodes = append(nodes, line.Node)
+		}
+	}
+	return nodes
+}
+
+// The first node refuses: the first dial goes on to the second node at once,
+// without backing off, and logs which node it is on, password masked.
+func TestDialFallsThroughToTheNextNode(t *testing.T) {
+	t.Parallel()
+	live := testkit.NewVhost(t)
+	dead := onHost(t, live, "127.0.0.1:1") // nothing listens on port 1
+	logger, logs := testkit.Logger(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// A backoff this long would show: the fall-through does not wait for it.
+	opts := Options{Name: uniqueName(t, "nodes"), MinBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second}
+	start := time.Now()
+	conn, err := DialOptions(ctx, dead+","+live, vhostTopology(), logger, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("connecting took %v: the refused node was backed off from", d)
+	}
+	if err := conn.Ready(); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	got := connectedNodes(t, logs)
+	if want := []string{config.MaskURL(live)}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("connected to %q, want %q", got, want)
+	}
+	if strings.Contains(logs.String(), "guest:guest") {
+		t.Fatalf("a password in the logs:\n%s", logs)
+	}
+}
+
+// After the broker closes the connection, each reconnect starts with the
+// node after the one tried last and falls through a dead node: with the
+// nodes [dead, A, dead, B] (A and B the same broker under two names), the
+// process is on A, then B, then A again.
+func TestReconnectTriesTheNodesInTurn(t *testing.T) {
+	t.Parallel()
+	live := testkit.NewVhost(t)
+	u, err := url.Parse(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" {
+		t.Skipf("the test broker %s is not on this machine: no second name for it", h)
+	}
+	a, b := onHost(t, live, "127.0.0.1:"+u.Port()), onHost(t, live, "localhost:"+u.Port())
+	list := strings.Join([]string{onHost(t, live, "127.0.0.1:1"), a, onHost(t, live, "127.0.0.1:2"), b}, ",")
+	logger, logs := testkit.Logger(t)
+	name := uniqueName(t, "nodes")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := DialOptions(ctx, list, vhostTopology(), logger,
+		Options{Name: name, MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+
+	want := []string{config.MaskURL(a)}
+	for _, next := range []string{b, a} {
+		testkit.CloseConnection(t, name)
+		want = append(want, config.MaskURL(next))
+		eventually(t, 20*time.Second, "reconnect to "+next, func() bool {
+			return len(connectedNodes(t, logs)) == len(want) && conn.Ready() == nil
+		})
+	}
+	if got := connectedNodes(t, logs); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("connected to %q, want %q", got, want)
+	}
+}
+
+// A list is refused at once, naming the bad entry, with passwords masked.
+func TestParseNodesRefusesABadList(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ raw, want string }{
+		{"amqp://u:secret@h1/shop,http://u:secret@h2/shop", `entry 2 of 2: "http://u:xxxxx@h2/shop" is not an AMQP URL`},
+		{"amqp://u:secret@h1/shop,amqp://u:secret@h2:%zz/shop", `entry 2 of 2: "<unparseable URL>" is not an AMQP URL`},
+		{"amqp://u:secret@h1/shop,amqp://u:secret@h2/other", `entry 2 of 2: "amqp://u:xxxxx@h2/other" has vhost "other" and user "u", entry 1 vhost "shop"`},
+		{"amqp://u:secret@h1/shop,amqp://v:secret@h2/shop", `has vhost "shop" and user "v", entry 1 vhost "shop" and user "u"`},
+		{"amqp://u:secret@h1/shop,", `"amqp://u:xxxxx@h1/shop," ends with a comma`},
+		{"amqp://u:secret@h1/shop,,amqp://u:secret@h2/shop", `entry 1 of 2: "amqp://u:xxxxx@h1/shop," ends with a comma`},
+	} {
+		_, err := ParseNodes(tt.raw)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("ParseNodes(%q) = %v, want an error with %q and no password", tt.raw, err, tt.want)
+		}
+		env := config.NewEnv(func(string) string { return tt.raw })
+		URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL)
+		if err := env.Err(); err == nil || !strings.Contains(err.Error(), "config: AMQP_URL: ") {
+			t.Errorf("URLFromEnv(%q) recorded %v, want an AMQP_URL error", tt.raw, err)
+		}
+		if _, err := DialOptions(t.Context(), tt.raw, vhostTopology(), nil, Options{}); err == nil {
+			t.Errorf("DialOptions(%q) dialled", tt.raw)
+		}
+	}
+}
+
+// A list of nodes of one cluster parses, each entry trimmed; a comma inside
+// a password does not split a URL, and a single URL is one node.
+func TestParseNodes(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string][]string{
+		"amqp://u:p@h1:5672/shop, amqp://u:p@h2:5672/shop ,amqps://u:p@h3:5671/shop": {
+			"amqp://u:p@h1:5672/shop", "amqp://u:p@h2:5672/shop", "amqps://u:p@h3:5671/shop"},
+		"amqp://u:a,b@h1/shop,amqp://u:a,b@h2/shop": {"amqp://u:a,b@h1/shop", "amqp://u:a,b@h2/shop"},
+		config.DefaultAMQPURL:                       {config.DefaultAMQPURL},
+	} {
+		n, err := ParseNodes(raw)
+		if err != nil {
+			t.Errorf("ParseNodes(%q): %v", raw, err)
+			continue
+		}
+		var got []string
+		for range n.Len() + 1 {
+			got = append(got, n.next())
+		}
+		want = append(want, want[0]) // round robin
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("ParseNodes(%q) gives %q, want %q", raw, got, want)
+		}
+	}
+}
