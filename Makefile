@@ -18,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test drills unit e2e lint demo bench chaos up down compose-test clean tidy tools fork service
+.PHONY: all build test drills unit e2e lint demo bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
 
 all: lint test
 
@@ -92,6 +92,13 @@ up:
 
 down:
 	docker compose down -v
+
+## up-ha: the same with three RabbitMQ nodes in one cluster (docker-compose.ha.yml); down-ha stops it
+up-ha:
+	VERSION=$(VERSION) docker compose -f docker-compose.yml -f docker-compose.ha.yml up -d --build
+
+down-ha:
+	docker compose -f docker-compose.yml -f docker-compose.ha.yml down -v
 
 ## compose-test: docker-compose.yml run for real: up, orders through the published ports, the live page, the ledger, the demo, a relay crash, down
 # deploy/compose-test.sh starts dockerd, builds the compose tool and the base images

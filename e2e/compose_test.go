@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -307,4 +308,131 @@ func TestImageStampsVersion(t *testing.T) {
 	if built == 0 {
 		t.Fatal("no service builds deploy/Dockerfile: the check checked nothing")
 	}
+}
+
+// TestComposeHA loads docker-compose.yml with docker-compose.ha.yml over it (`make
+// up-ha`) and checks the cluster shape: three RabbitMQ nodes on the image and
+// configuration of the one-node file, each under a host name the others resolve,
+// with its own data and the same Erlang cookie; deploy/rabbitmq/cluster.conf lists
+// exactly those nodes; and every process that has a broker URL in docker-compose.yml
+// names the three nodes, as the same user and vhost (the demo aside: it talks to one
+// node's management API).
+func TestComposeHA(t *testing.T) {
+	t.Parallel()
+	single := loadCompose(t, "docker-compose.yml")
+	ha := loadCompose(t, "docker-compose.yml", "docker-compose.ha.yml")
+
+	var hosts, nodes []string
+	cookies, data := map[string]bool{}, map[string]bool{}
+	for name, svc := range ha.Services {
+		if !strings.HasPrefix(svc.Image, "rabbitmq") {
+			continue
+		}
+		hosts = append(hosts, svc.Hostname+":5672")
+		nodes = append(nodes, "rabbit@"+svc.Hostname)
+		if svc.Image != single.Services["rabbitmq"].Image {
+			t.Errorf("node %s runs %s, not the one-node file's %s", name, svc.Image, single.Services["rabbitmq"].Image)
+		}
+		if name != svc.Hostname && (svc.Networks["default"] == nil || !slices.Contains(svc.Networks["default"].Aliases, svc.Hostname)) {
+			t.Errorf("node %s: the other nodes cannot resolve its host name %q", name, svc.Hostname)
+		}
+		if c := svc.Environment["RABBITMQ_ERLANG_COOKIE"]; c != nil && *c != "" {
+			cookies[*c] = true
+		}
+		mounts := map[string]string{}
+		for _, v := range svc.Volumes {
+			mounts[v.Target] = v.Source
+		}
+		data[mounts["/var/lib/rabbitmq"]] = true
+		for target, file := range map[string]string{
+			"/etc/rabbitmq/conf.d/20-shop.conf":    "deploy/rabbitmq/rabbitmq.conf",
+			"/etc/rabbitmq/definitions.json":       "deploy/rabbitmq/definitions.json",
+			"/etc/rabbitmq/conf.d/30-cluster.conf": "deploy/rabbitmq/cluster.conf",
+		} {
+			if !strings.HasSuffix(mounts[target], file) {
+				t.Errorf("node %s mounts %q on %s, want %s", name, mounts[target], target, file)
+			}
+		}
+	}
+	slices.Sort(hosts)
+	slices.Sort(nodes)
+	if len(hosts) != 3 || len(data) != 3 || len(cookies) != 1 {
+		t.Fatalf("nodes %v with %d data volumes and %d Erlang cookies; want 3 nodes, 3 volumes, 1 cookie", hosts, len(data), len(cookies))
+	}
+
+	conf, err := os.ReadFile("../deploy/rabbitmq/cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	backend := ""
+	for _, line := range strings.Split(string(conf), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok || strings.HasPrefix(k, "#"):
+		case k == "cluster_formation.peer_discovery_backend":
+			backend = v
+		case strings.HasPrefix(k, "cluster_formation.classic_config.nodes."):
+			listed = append(listed, v)
+		}
+	}
+	slices.Sort(listed)
+	if backend != "classic_config" || !slices.Equal(listed, nodes) {
+		t.Errorf("cluster.conf: backend %q, nodes %v; want classic_config and %v", backend, listed, nodes)
+	}
+
+	checked := 0
+	for name, svc := range single.Services {
+		one := svc.Environment["AMQP_URL"]
+		if one == nil || name == "demo" {
+			continue
+		}
+		checked++
+		base, err := url.Parse(*one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, raw := range strings.Split(*ha.Services[name].Environment["AMQP_URL"], ",") {
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Errorf("service %s: AMQP_URL: %v", name, err)
+				continue
+			}
+			if u.User.String() != base.User.String() || u.Path != base.Path {
+				t.Errorf("service %s: AMQP_URL %s is not as %s and vhost %q", name, raw, base.User.Username(), base.Path)
+			}
+			got = append(got, u.Host)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, hosts) {
+			t.Errorf("service %s: AMQP_URL names %v, want the nodes %v", name, got, hosts)
+		}
+	}
+	if checked < len(contracts.Services()) {
+		t.Fatalf("only %d services have a broker URL: the check checked little", checked)
+	}
+}
+
+// loadCompose loads the compose files (relative to the repository) with every
+// profile, as `docker compose -f ... config` would.
+func loadCompose(t *testing.T, files ...string) *types.Project {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files {
+		files[i] = filepath.Join(root, f)
+	}
+	opts, err := cli.NewProjectOptions(files, cli.WithWorkingDirectory(root), cli.WithProfiles([]string{"*"}))
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	project, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("%v do not load: %v", files, err)
+	}
+	return project
 }

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -33,6 +35,7 @@ type manifests struct {
 	networkPolicies []networkingv1.NetworkPolicy
 	serviceMonitors []monitoringv1.ServiceMonitor
 	rules           []monitoringv1.PrometheusRule
+	infra           map[string][]byte // "<kind> <name>" -> YAML of a resource in shop-infra (deploy/k8s-ha)
 }
 
 // render builds deploy/k8s with kustomize (the library behind `kubectl apply -k`, on
@@ -40,15 +43,27 @@ type manifests struct {
 // unknown field, a wrong type or an unknown kind fails the test.
 func render(t *testing.T) manifests {
 	t.Helper()
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../deploy/k8s")
+	return renderDir(t, "deploy/k8s")
+}
+
+// renderDir is render of dir, a kustomization relative to the repository. The
+// resources of the shop-infra namespace (deploy/k8s-ha's clusters) are kept as YAML
+// in infra, for the caller to decode.
+func renderDir(t *testing.T, dir string) manifests {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../"+dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/k8s: %v", err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	m := manifests{configMaps: map[string]corev1.ConfigMap{}}
+	m := manifests{configMaps: map[string]corev1.ConfigMap{}, infra: map[string][]byte{}}
 	for _, r := range resources.Resources() {
 		raw, err := r.AsYAML()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.GetNamespace() == "shop-infra" {
+			m.infra[r.GetKind()+" "+r.GetName()] = raw
+			continue
 		}
 		if r.GetNamespace() != "shop" && r.GetKind() != "Namespace" {
 			t.Errorf("%s %s is in namespace %q, want shop", r.GetKind(), r.GetName(), r.GetNamespace())
@@ -286,5 +301,136 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if len(m.rules) != 1 || !reflect.DeepEqual(m.rules[0].Spec, file) {
 		t.Error("deploy/k8s/prometheusrule.yaml and deploy/prometheus/alerts.yaml differ; change both")
+	}
+}
+
+// cnpgCluster and rabbitmqCluster mirror the fields deploy/k8s-ha sets of
+// CloudNativePG's Cluster (postgresql.cnpg.io/v1, api/v1/cluster_types.go) and the
+// RabbitMQ Cluster Operator's RabbitmqCluster (rabbitmq.com/v1beta1,
+// api/v1beta1/rabbitmqcluster_types.go), named as there: a strict decode then fails
+// on a field the manifest misspells, without the operators' Go modules.
+type cnpgCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Instances int `json:"instances"`
+		Storage   struct {
+			Size string `json:"size"`
+		} `json:"storage"`
+		PostgreSQL struct {
+			Synchronous struct {
+				Method         string `json:"method"`
+				Number         int    `json:"number"`
+				DataDurability string `json:"dataDurability"`
+			} `json:"synchronous"`
+		} `json:"postgresql"`
+	} `json:"spec"`
+}
+
+type rabbitmqCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Replicas int `json:"replicas"`
+		Rabbitmq struct {
+			AdditionalConfig string `json:"additionalConfig"`
+		} `json:"rabbitmq"`
+	} `json:"spec"`
+}
+
+// TestKubernetesHA renders deploy/k8s-ha: all of deploy/k8s, plus a CloudNativePG
+// Cluster of three instances with one synchronous standby and a RabbitmqCluster of
+// three nodes under a disruption budget, in the namespace the NetworkPolicies let the
+// processes reach; every database URL on the Cluster's read-write Service and every
+// broker URL on the RabbitmqCluster's Service, as the role or user of deploy/k8s.
+func TestKubernetesHA(t *testing.T) {
+	t.Parallel()
+	base, ha := render(t), renderDir(t, "deploy/k8s-ha")
+	if len(ha.deployments) != len(base.deployments) || len(ha.jobs) != len(base.jobs) || len(ha.cronJobs) != len(base.cronJobs) {
+		t.Errorf("deploy/k8s-ha has %d deployments, %d jobs, %d cron jobs; deploy/k8s %d, %d, %d", len(ha.deployments),
+			len(ha.jobs), len(ha.cronJobs), len(base.deployments), len(base.jobs), len(base.cronJobs))
+	}
+	decode := func(kind string, into any) {
+		var found []string
+		for key, raw := range ha.infra {
+			if strings.HasPrefix(key, kind+" ") {
+				found = append(found, key)
+				if err := yaml.UnmarshalStrict(raw, into); err != nil {
+					t.Errorf("%s: %v", key, err)
+				}
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("deploy/k8s-ha has %v in shop-infra, want one %s", found, kind)
+		}
+	}
+	var pg cnpgCluster
+	var mq rabbitmqCluster
+	var pdb policyv1.PodDisruptionBudget
+	decode("Cluster", &pg)
+	decode("RabbitmqCluster", &mq)
+	decode("PodDisruptionBudget", &pdb)
+
+	sync := pg.Spec.PostgreSQL.Synchronous
+	if pg.APIVersion != "postgresql.cnpg.io/v1" || pg.Spec.Instances != 3 ||
+		sync.Method != "any" || sync.Number != 1 || sync.DataDurability != "required" {
+		t.Errorf("Cluster %s: %s, %d instances, synchronous %+v; want postgresql.cnpg.io/v1, 3, {any 1 required}",
+			pg.Name, pg.APIVersion, pg.Spec.Instances, sync)
+	}
+	if mq.APIVersion != "rabbitmq.com/v1beta1" || mq.Spec.Replicas != 3 ||
+		!strings.Contains(mq.Spec.Rabbitmq.AdditionalConfig, "quorum_queue.continuous_membership_reconciliation.target_group_size = 3") {
+		t.Errorf("RabbitmqCluster %s: %s, %d replicas, config %q; want rabbitmq.com/v1beta1, 3, queues grown to 3 members",
+			mq.Name, mq.APIVersion, mq.Spec.Replicas, mq.Spec.Rabbitmq.AdditionalConfig)
+	}
+	// The operator labels its pods app.kubernetes.io/name=<cluster name>.
+	if pdb.Spec.Selector == nil || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != mq.Name ||
+		pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget %s does not keep all but one of RabbitmqCluster %s's pods", pdb.Name, mq.Name)
+	}
+	reached := map[string]bool{}
+	for _, np := range ha.networkPolicies {
+		for _, e := range np.Spec.Egress {
+			for _, to := range e.To {
+				if to.NamespaceSelector != nil {
+					reached[to.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]] = true
+				}
+			}
+		}
+	}
+	if !reached[pg.Namespace] || !reached[mq.Namespace] {
+		t.Errorf("no NetworkPolicy lets a process reach namespace %s or %s", pg.Namespace, mq.Namespace)
+	}
+
+	hosts := map[string]string{
+		"_DATABASE_URL": pg.Name + "-rw." + pg.Namespace + ".svc:5432",
+		"_AMQP_URL":     mq.Name + "." + mq.Namespace + ".svc:5672",
+	}
+	for key, v := range ha.secret.StringData {
+		was, ok := base.secret.StringData[key]
+		if !ok {
+			t.Errorf("deploy/k8s-ha adds secret key %s, which deploy/k8s does not have", key)
+			continue
+		}
+		old, err := url.Parse(was)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for suffix, host := range hosts {
+			if !strings.HasSuffix(key, suffix) {
+				continue
+			}
+			for _, raw := range strings.Split(v, ",") {
+				u, err := url.Parse(raw)
+				if err != nil || u.Host != host || u.User.Username() != old.User.Username() {
+					t.Errorf("secret %s = %q, want %s as %s", key, raw, host, old.User.Username())
+				}
+			}
+		}
+	}
+	if ha.secret.Labels["app.kubernetes.io/component"] != "urls" {
+		t.Error("deploy/k8s-ha's Secret lacks the label app.kubernetes.io/component=urls that its README's first rollout selects")
+	}
+	if len(ha.secret.StringData) != len(base.secret.StringData) {
+		t.Errorf("deploy/k8s-ha's secret has %d keys, deploy/k8s's %d", len(ha.secret.StringData), len(base.secret.StringData))
 	}
 }

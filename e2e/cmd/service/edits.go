@@ -71,6 +71,7 @@ func (a *adder) edits() {
 		tail, err = cloneLines(tail, "      migrate-"+like+":\n", 2, a.rename)
 		return head + tail, err
 	})
+	a.edit("docker-compose.ha.yml", func(s string) (string, error) { return cloneBlock(s, "  "+like+":\n", a.rename) })
 	a.edit("deploy/prometheus/prometheus.yml", func(s string) (string, error) {
 		return cloneLines(s, "  - job_name: "+like+"\n", 2, a.rename)
 	})
@@ -127,6 +128,15 @@ func (a *adder) edits() {
 		return s, nil
 	})
 	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) { return addValue(s, n) })
+	a.edit("deploy/k8s-ha/secret.yaml", func(s string) (string, error) {
+		var err error
+		for _, kind := range []string{"OWNER", "APP", "MAINTENANCE"} {
+			if s, err = cloneLines(s, "  "+strings.ToUpper(like)+"_"+kind+"_", 1, a.rename); err != nil {
+				return "", err
+			}
+		}
+		return s, nil
+	})
 }
 
 // addValue appends v to the values of servicemonitor.yaml's selector, the list of

@@ -84,9 +84,9 @@ func (a *adder) producerEdits() {
 	a.edit("contracts/asyncapi.yaml", a.asyncAPI)
 
 	relay := func(s string) string { return a.renameRelay(s) }
-	a.edit("docker-compose.yml", func(s string) (string, error) {
-		return cloneBlock(s, "  "+p+"-relay:\n", relay)
-	})
+	for _, file := range []string{"docker-compose.yml", "docker-compose.ha.yml"} {
+		a.edit(file, func(s string) (string, error) { return cloneBlock(s, "  "+p+"-relay:\n", relay) })
+	}
 	a.edit("deploy/prometheus/prometheus.yml", func(s string) (string, error) {
 		return cloneLines(s, "  - job_name: "+p+"-relay\n", 2, relay)
 	})
@@ -135,6 +135,9 @@ func (a *adder) producerEdits() {
 			return "", err
 		}
 		return cloneLines(s, "  "+P+"_RELAY_AMQP_URL:", 1, relay)
+	})
+	a.edit("deploy/k8s-ha/secret.yaml", func(s string) (string, error) {
+		return cloneLines(s, "  "+strings.ToUpper(p)+"_RELAY_DATABASE_URL:", 1, relay)
 	})
 	a.edit(k8s+"servicemonitor.yaml", func(s string) (string, error) { return addValue(s, n+"-relay") })
 }

@@ -121,7 +121,7 @@ func TestForkThenAddAService(t *testing.T) {
 	// receives it has processed it: so ledger's relay has published it.
 	t.Run("the auditor sees billing and ledger receive every event", func(t *testing.T) {
 		runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
-			"FollowsTheRegistry|TestKubernetesManifests|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
+			"FollowsTheRegistry|TestKubernetesManifests|TestComposeHA|TestKubernetesHA|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
 	})
 }
 
