@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,11 +28,13 @@ const rabbitBin = "/usr/lib/rabbitmq/bin"
 // Node is a private RabbitMQ node: its own name, ports, data and log
 // directories and Erlang cookie under one temporary directory, and no
 // plugin. Node-wide faults (a resource alarm, stop_app) are raised on it,
-// never on a shared broker.
+// never on a shared broker. Nodes started together by StartCluster share a
+// cookie and form one cluster.
 type Node struct {
 	Name    string // e.g. fault-3f2a9c@localhost
 	AMQPURL string // amqp://guest:guest@127.0.0.1:<port>/
 	dir     string
+	vars    []string // the node's RABBITMQ_* settings
 	cmd     *exec.Cmd
 	done    chan struct{}
 }
@@ -39,6 +42,49 @@ type Node struct {
 // StartNode starts a private node and waits (up to 90 s) until it accepts
 // AMQP connections. Stop it with Stop.
 func StartNode(ctx context.Context) (*Node, error) {
+	cookie := make([]byte, 16)
+	_, _ = rand.Read(cookie)
+	return startNode(ctx, hex.EncodeToString(cookie))
+}
+
+// StartCluster starts n private nodes sharing one cookie, at once, and joins
+// every other node to the first (stop_app, join_cluster, start_app), so that
+// quorum queues declared from then on get n members. Stop each with Stop.
+func StartCluster(ctx context.Context, n int) ([]*Node, error) {
+	cookie := make([]byte, 16)
+	_, _ = rand.Read(cookie)
+	nodes := make([]*Node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { nodes[i], errs[i] = startNode(ctx, hex.EncodeToString(cookie)) })
+	}
+	wg.Wait()
+	stopAll := func() {
+		for _, node := range nodes {
+			if node != nil {
+				node.Stop()
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		stopAll()
+		return nil, err
+	}
+	for _, node := range nodes[1:] {
+		for _, args := range [][]string{{"stop_app"}, {"join_cluster", nodes[0].Name}, {"start_app"}} {
+			if _, err := node.Ctl(ctx, args...); err != nil {
+				stopAll()
+				return nil, fmt.Errorf("cluster: %s: %w", node.Name, err)
+			}
+		}
+	}
+	return nodes, nil
+}
+
+// startNode starts a private node with cookie and waits until it accepts
+// AMQP connections.
+func startNode(ctx context.Context, cookie string) (*Node, error) {
 	dir, err := os.MkdirTemp("", "shop-rabbit-")
 	if err != nil {
 		return nil, fmt.Errorf("private node: %w", err)
@@ -47,10 +93,8 @@ func StartNode(ctx context.Context) (*Node, error) {
 	_, _ = rand.Read(id[:])
 	amqpPort, err1 := testkit.FreePort()
 	distPort, err2 := testkit.FreePort()
-	cookie := make([]byte, 16)
-	_, _ = rand.Read(cookie)
 	if err := errors.Join(err1, err2,
-		os.WriteFile(filepath.Join(dir, ".erlang.cookie"), []byte(hex.EncodeToString(cookie)), 0o400),
+		os.WriteFile(filepath.Join(dir, ".erlang.cookie"), []byte(cookie), 0o400),
 		os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o644)); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("private node: %w", err)
@@ -59,37 +103,47 @@ func StartNode(ctx context.Context) (*Node, error) {
 		Name:    "fault-" + hex.EncodeToString(id[:]) + "@localhost",
 		AMQPURL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
 		dir:     dir,
-		done:    make(chan struct{}),
 	}
-	cmd := exec.Command(filepath.Join(rabbitBin, "rabbitmq-server"))
-	cmd.Env = append(n.env(),
-		"RABBITMQ_NODENAME="+n.Name,
+	n.vars = []string{
+		"RABBITMQ_NODENAME=" + n.Name,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(amqpPort),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
-		"RABBITMQ_PLUGINS_EXPAND_DIR="+filepath.Join(dir, "plugins-expand"),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
-		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
-	)
-	log, err := os.Create(filepath.Join(dir, "server.log"))
+		"RABBITMQ_NODE_PORT=" + strconv.Itoa(amqpPort),
+		"RABBITMQ_DIST_PORT=" + strconv.Itoa(distPort),
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_PLUGINS_EXPAND_DIR=" + filepath.Join(dir, "plugins-expand"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(dir, "rabbitmq"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(dir, "rabbitmq-env.conf"),
+		"RABBITMQ_PID_FILE=" + filepath.Join(dir, "pid"),
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start starts the node's server (again, after Kill or Shutdown: with its
+// data, so a cluster member rejoins its cluster) and waits up to 90 s until
+// it accepts AMQP connections.
+func (n *Node) Start(ctx context.Context) error {
+	cmd := exec.Command(filepath.Join(rabbitBin, "rabbitmq-server"))
+	cmd.Env = append(n.env(), n.vars...)
+	log, err := os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("private node: %w", err)
+		return fmt.Errorf("private node: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("private node: start: %w", err)
+		return fmt.Errorf("private node: start: %w", err)
 	}
-	n.cmd = cmd
-	go func() { _ = cmd.Wait(); log.Close(); close(n.done) }()
+	done := make(chan struct{})
+	n.cmd, n.done = cmd, done
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -97,19 +151,39 @@ func StartNode(ctx context.Context) (*Node, error) {
 		conn, err := amqp091.DialConfig(n.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
 		if err == nil {
 			conn.Close()
-			return n, nil
+			return nil
 		}
 		select {
-		case <-n.done:
-			out, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			n.Stop()
-			return nil, fmt.Errorf("private node %s exited while starting:\n%s", n.Name, tailLines(string(out), 30))
+		case <-done:
+			out, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
+			return fmt.Errorf("private node %s exited while starting:\n%s", n.Name, tailLines(string(out), 30))
 		case <-ctx.Done():
-			n.Stop()
-			return nil, fmt.Errorf("private node %s: not accepting connections: %w", n.Name, ctx.Err())
+			return fmt.Errorf("private node %s: not accepting connections: %w", n.Name, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// Kill sends SIGKILL to the node's processes and waits until they are gone;
+// its data stays for Start.
+func (n *Node) Kill() {
+	if n.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	<-n.done
+}
+
+// Shutdown stops the node cleanly (rabbitmqctl shutdown, SIGKILL after 60 s);
+// its data stays for Start.
+func (n *Node) Shutdown(ctx context.Context) error {
+	_, err := n.Ctl(ctx, "shutdown")
+	select {
+	case <-n.done:
+	case <-time.After(60 * time.Second):
+		n.Kill()
+	}
+	return err
 }
 
 // env is the environment of the node's scripts: HOME points at the
@@ -142,22 +216,23 @@ func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
 // process group after 30 s) and removes its directory. It is safe to call
 // more than once.
 func (n *Node) Stop() {
-	if n.cmd == nil {
+	if n.dir == "" {
 		return
 	}
-	select {
-	case <-n.done:
-	default:
-		_, _ = n.Ctl(context.Background(), "shutdown")
+	if n.cmd != nil {
 		select {
 		case <-n.done:
-		case <-time.After(30 * time.Second):
+		default:
+			_, _ = n.Ctl(context.Background(), "shutdown")
+			select {
+			case <-n.done:
+			case <-time.After(30 * time.Second):
+			}
+			n.Kill()
 		}
-		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-n.done
 	}
-	n.cmd = nil
 	os.RemoveAll(n.dir)
+	n.dir = ""
 }
 
 func tailLines(s string, n int) string {

@@ -393,7 +393,7 @@ func (r *Rig) AMQPURL() string { return r.cfg.AMQPURL }
 // Broker runs fn on a channel of a fresh direct connection to the rig's
 // vhost (for example to delete a queue or an exchange).
 func (r *Rig) Broker(ctx context.Context, fn func(ch *amqp091.Channel) error) error {
-	conn, err := amqp091.DialConfig(r.cfg.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	conn, err := system.Dial(r.cfg.AMQPURL)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}

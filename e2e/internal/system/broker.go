@@ -7,7 +7,20 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"example.com/shop/platform/amqp"
 )
+
+// Dial connects to amqpURL, one node or a comma-separated list of a cluster's
+// nodes (the first that accepts), each dial bounded by 5 s.
+func Dial(amqpURL string) (*amqp091.Connection, error) {
+	nodes, err := amqp.ParseNodes(amqpURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, _, err := nodes.DialConfig(amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	return conn, err
+}
 
 // Publish sends one message to exchange with routing key key the way the
 // relay does (persistent, mandatory, content type application/json,
@@ -15,7 +28,7 @@ import (
 // returns an error when it is nacked, returned as unroutable, or not
 // confirmed. It opens and closes its own connection to amqpURL.
 func Publish(ctx context.Context, amqpURL, exchange, key, messageID string, body []byte) error {
-	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	conn, err := Dial(amqpURL)
 	if err != nil {
 		return fmt.Errorf("publish %s: dial: %w", messageID, err)
 	}
@@ -61,7 +74,7 @@ func Publish(ctx context.Context, amqpURL, exchange, key, messageID string, body
 // with a passive queue declare (which creates nothing). A queue that does not
 // exist is reported as an error naming it; the other queues are still read.
 func QueueDepths(ctx context.Context, amqpURL string, queues ...string) (map[string]int, error) {
-	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	conn, err := Dial(amqpURL)
 	if err != nil {
 		return nil, fmt.Errorf("queue depths: dial: %w", err)
 	}
