@@ -153,12 +153,12 @@ func (t Topology) Validate() error {
 // with the broker's PRECONDITION_FAILED error (which also closes ch) when an
 // entity already exists with other arguments.
 //
-// Main and dead-letter queues are quorum queues. Main queues dead-letter
-// with the at-least-once strategy (which requires x-overflow=reject-publish),
-// so a message rejected to the DLQ is never dropped on the way (docs/architecture.md,
-// rule 3). Retry queues are durable classic queues with a per-queue
-// x-message-ttl that dead-letter expired messages back to their queue
-// through the default exchange.
+// Every queue is a quorum queue, so that each keeps working while a node of
+// a cluster is away. Main queues dead-letter with the at-least-once strategy
+// (which requires x-overflow=reject-publish), so a message rejected to the
+// DLQ is never dropped on the way (docs/architecture.md, rule 3). Retry
+// queues have a per-queue x-message-ttl and dead-letter expired messages back
+// to their queue through the default exchange, at least once too.
 func (t Topology) Declare(ch *amqp091.Channel) error {
 	if err := t.Validate(); err != nil {
 		return err
@@ -203,11 +203,13 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 			}
 		}
 		for _, d := range q.RetryDelays {
-			if err := declareQueue(ch, RetryQueueName(q.Name, d), amqp091.Table{
-				"x-message-ttl":             d.Milliseconds(),
-				"x-dead-letter-exchange":    "",
-				"x-dead-letter-routing-key": q.Name,
-			}); err != nil {
+			args := quorum()
+			args["x-message-ttl"] = d.Milliseconds()
+			args["x-dead-letter-exchange"] = ""
+			args["x-dead-letter-routing-key"] = q.Name
+			args["x-dead-letter-strategy"] = "at-least-once"
+			args["x-overflow"] = "reject-publish"
+			if err := declareQueue(ch, RetryQueueName(q.Name, d), args); err != nil {
 				return err
 			}
 		}

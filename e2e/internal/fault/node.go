@@ -34,6 +34,8 @@ type Node struct {
 	Name    string // e.g. fault-3f2a9c@localhost
 	AMQPURL string // amqp://guest:guest@127.0.0.1:<port>/
 	dir     string
+	host    *Host    // nil: this machine's own network
+	control *Host    // where rabbitmqctl runs: nil, this machine's own network
 	vars    []string // the node's RABBITMQ_* settings
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -44,20 +46,28 @@ type Node struct {
 func StartNode(ctx context.Context) (*Node, error) {
 	cookie := make([]byte, 16)
 	_, _ = rand.Read(cookie)
-	return startNode(ctx, hex.EncodeToString(cookie))
+	return startNode(ctx, hex.EncodeToString(cookie), nil, nil, "")
 }
 
-// StartCluster starts n private nodes sharing one cookie, at once, and joins
-// every other node to the first (stop_app, join_cluster, start_app), so that
-// quorum queues declared from then on get n members. Stop each with Stop.
-func StartCluster(ctx context.Context, n int) ([]*Node, error) {
+// clusterConf is the rabbitmq.conf of StartCluster's nodes: a node cut off
+// from the majority pauses until it sees it again, and guest may connect from
+// the other hosts.
+const clusterConf = "cluster_partition_handling = pause_minority\nloopback_users = none\n"
+
+// StartCluster starts a private node on each of hosts, at once, sharing one
+// cookie and clusterConf, and joins every other node to the first (stop_app,
+// join_cluster, start_app), so that quorum queues declared from then on get a
+// member on each. Stop each with Stop.
+func StartCluster(ctx context.Context, hosts *Hosts) ([]*Node, error) {
 	cookie := make([]byte, 16)
 	_, _ = rand.Read(cookie)
-	nodes := make([]*Node, n)
-	errs := make([]error, n)
+	nodes := make([]*Node, len(hosts.All))
+	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i := range nodes {
-		wg.Go(func() { nodes[i], errs[i] = startNode(ctx, hex.EncodeToString(cookie)) })
+		wg.Go(func() {
+			nodes[i], errs[i] = startNode(ctx, hex.EncodeToString(cookie), &hosts.All[i], &hosts.Control, clusterConf)
+		})
 	}
 	wg.Wait()
 	stopAll := func() {
@@ -82,9 +92,10 @@ func StartCluster(ctx context.Context, n int) ([]*Node, error) {
 	return nodes, nil
 }
 
-// startNode starts a private node with cookie and waits until it accepts
-// AMQP connections.
-func startNode(ctx context.Context, cookie string) (*Node, error) {
+// startNode starts a private node with cookie and the rabbitmq.conf conf on
+// host, controlled from control (nil: this machine's loopback, for both), and
+// waits until it accepts AMQP connections.
+func startNode(ctx context.Context, cookie string, host, control *Host, conf string) (*Node, error) {
 	dir, err := os.MkdirTemp("", "shop-rabbit-")
 	if err != nil {
 		return nil, fmt.Errorf("private node: %w", err)
@@ -95,18 +106,25 @@ func startNode(ctx context.Context, cookie string) (*Node, error) {
 	distPort, err2 := testkit.FreePort()
 	if err := errors.Join(err1, err2,
 		os.WriteFile(filepath.Join(dir, ".erlang.cookie"), []byte(cookie), 0o400),
-		os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o644)); err != nil {
+		os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o644),
+		os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o644)); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("private node: %w", err)
 	}
+	hostName, ip := "localhost", "127.0.0.1"
+	if host != nil {
+		hostName, ip = host.Name, host.IP
+	}
 	n := &Node{
-		Name:    "fault-" + hex.EncodeToString(id[:]) + "@localhost",
-		AMQPURL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
+		Name:    "fault-" + hex.EncodeToString(id[:]) + "@" + hostName,
+		AMQPURL: fmt.Sprintf("amqp://guest:guest@%s:%d/", ip, amqpPort),
 		dir:     dir,
+		host:    host,
+		control: control,
 	}
 	n.vars = []string{
 		"RABBITMQ_NODENAME=" + n.Name,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_IP_ADDRESS=" + ip,
 		"RABBITMQ_NODE_PORT=" + strconv.Itoa(amqpPort),
 		"RABBITMQ_DIST_PORT=" + strconv.Itoa(distPort),
 		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
@@ -129,7 +147,7 @@ func startNode(ctx context.Context, cookie string) (*Node, error) {
 // data, so a cluster member rejoins its cluster) and waits up to 90 s until
 // it accepts AMQP connections.
 func (n *Node) Start(ctx context.Context) error {
-	cmd := exec.Command(filepath.Join(rabbitBin, "rabbitmq-server"))
+	cmd := n.command(context.Background(), n.host, "rabbitmq-server")
 	cmd.Env = append(n.env(), n.vars...)
 	log, err := os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -158,7 +176,8 @@ func (n *Node) Start(ctx context.Context) error {
 			out, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
 			return fmt.Errorf("private node %s exited while starting:\n%s", n.Name, tailLines(string(out), 30))
 		case <-ctx.Done():
-			return fmt.Errorf("private node %s: not accepting connections: %w", n.Name, ctx.Err())
+			out, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
+			return fmt.Errorf("private node %s: not accepting connections: %w:\n%s", n.Name, ctx.Err(), tailLines(string(out), 30))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -177,7 +196,7 @@ func (n *Node) Kill() {
 // Shutdown stops the node cleanly (rabbitmqctl shutdown, SIGKILL after 60 s);
 // its data stays for Start.
 func (n *Node) Shutdown(ctx context.Context) error {
-	_, err := n.Ctl(ctx, "shutdown")
+	_, err := n.Ctl(ctx, "shutdown", "--no-wait")
 	select {
 	case <-n.done:
 	case <-time.After(60 * time.Second):
@@ -198,12 +217,22 @@ func (n *Node) env() []string {
 	return append(env, "HOME="+n.dir)
 }
 
+// command returns one of the RabbitMQ scripts with args, run in host (ip
+// netns exec) unless it is nil.
+func (n *Node) command(ctx context.Context, host *Host, script string, args ...string) *exec.Cmd {
+	path := filepath.Join(rabbitBin, script)
+	if host == nil {
+		return exec.CommandContext(ctx, path, args...)
+	}
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", host.NS, path}, args...)...)
+}
+
 // Ctl runs `rabbitmqctl -n <node> args...` (up to 60 s) and returns its
 // output, or an error with the output when it fails.
 func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(rabbitBin, "rabbitmqctl"), append([]string{"-n", n.Name}, args...)...)
+	cmd := n.command(ctx, n.control, "rabbitmqctl", append([]string{"-n", n.Name}, args...)...)
 	cmd.Env = n.env()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -223,7 +252,7 @@ func (n *Node) Stop() {
 		select {
 		case <-n.done:
 		default:
-			_, _ = n.Ctl(context.Background(), "shutdown")
+			_, _ = n.Ctl(context.Background(), "shutdown", "--no-wait")
 			select {
 			case <-n.done:
 			case <-time.After(30 * time.Second):

@@ -387,6 +387,9 @@ func (r *Rig) TerminateBackends(ctx context.Context, db string) (int, error) {
 	return n, err
 }
 
+// Vhost returns the name of the rig's vhost.
+func (r *Rig) Vhost() string { return r.cfg.Vhost }
+
 // AMQPURL returns the direct URL of the rig's vhost (not proxied).
 func (r *Rig) AMQPURL() string { return r.cfg.AMQPURL }
 
