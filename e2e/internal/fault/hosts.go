@@ -31,7 +31,7 @@ type Hosts struct {
 // Host is one of Hosts.
 type Host struct {
 	NS   string // network namespace
-	Name string // host name, e.g. shop3f2a9c-1
+	Name string // host name, e.g. fault3f2a9c-1
 	IP   string // its address, e.g. 10.93.17.1
 	link string // the bridge's end of its link
 }
@@ -50,13 +50,13 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 		return nil, fmt.Errorf("hosts: %w", err)
 	}
 	host := func(i int, name string) Host {
-		return Host{NS: fmt.Sprintf("shop%s-%d", h.id, i), Name: name, IP: net + strconv.Itoa(i),
+		return Host{NS: fmt.Sprintf("fault%s-%d", h.id, i), Name: name, IP: net + strconv.Itoa(i),
 			link: fmt.Sprintf("sh%s-%d", h.id, i)}
 	}
 	h.Control = host(100, self)
 	hostsFile := fmt.Sprintf("127.0.0.1 localhost\n%s %s\n", h.Control.IP, self)
 	for i := range n {
-		h.All = append(h.All, host(i+1, fmt.Sprintf("shop%s-%d", h.id, i+1)))
+		h.All = append(h.All, host(i+1, fmt.Sprintf("fault%s-%d", h.id, i+1)))
 		hostsFile += fmt.Sprintf("%s %s\n", h.All[i].IP, h.All[i].Name)
 	}
 	cmds := [][]string{
