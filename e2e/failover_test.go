@@ -21,10 +21,11 @@ import (
 // and promotes the standby 2 s later, as a failover manager would.
 //
 // Synchronous replication: nothing acknowledged is lost, and the ledger is whole.
-// Asynchronous replication, with the standby's WAL receiver frozen for a moment
-// before the kill: the commits of that moment are lost, orders and their outbox
-// rows together; what the relay had published of them reached stock and came
-// back as answers for orders that no longer exist, dead-lettered by order.
+// Asynchronous replication, with the standby detached (its replication stopped)
+// for a moment before the kill: the commits of that moment are lost, orders and
+// their outbox rows together; what the relay had published of them reached
+// stock, whose answers to orders that no longer exist the auditor reports as
+// unaccounted for, or dead-lettered, by order.
 func TestFaultDatabaseFailover(t *testing.T) {
 	t.Run("synchronous", func(t *testing.T) {
 		pgc, r := failoverRig(t, true)
