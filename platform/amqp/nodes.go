@@ -16,9 +16,10 @@ import (
 // cluster as a comma-separated list of URLs that share their vhost and user
 // ("amqp://u:p@10.0.0.1:5672/shop,amqp://u:p@10.0.0.2:5672/shop"). Each
 // DialConfig tries the nodes in turn, starting with the node after the one
-// tried last, so a process that lost its node moves on to the next one and
-// the processes of a fleet spread over the cluster as they reconnect. A
-// Nodes is safe for concurrent use.
+// tried last, so a process that lost its node moves on to the next one. Every
+// process starts with the first node: a fleet does not spread over the
+// cluster by itself (quorum queues do not need it to). A Nodes is safe for
+// concurrent use.
 type Nodes struct {
 	urls []string
 

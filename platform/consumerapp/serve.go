@@ -187,7 +187,9 @@ func (d *deps) behindRoutes(ready func(), ib *inbox.Inbox, logger *slog.Logger, 
 	return func(ctx context.Context) error {
 		defer headStart.Stop()
 		err := d.subscribe(ctx, ib, logger, reg)
-		ready()
+		if err == nil {
+			ready()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while connecting: a clean shutdown

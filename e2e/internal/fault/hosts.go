@@ -31,7 +31,7 @@ type Hosts struct {
 // Host is one of Hosts.
 type Host struct {
 	NS   string // network namespace
-	Name string // host name, e.g. fault3f2a9c-1
+	Name string // host name: the namespace's
 	IP   string // its address, e.g. 10.93.17.1
 	link string // the bridge's end of its link
 }
@@ -41,6 +41,7 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("hosts: network namespaces need root")
 	}
+	sweep(ctx)
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	h := &Hosts{id: hex.EncodeToString(b[:]), bridge: "shb" + hex.EncodeToString(b[:])}
@@ -50,13 +51,13 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 		return nil, fmt.Errorf("hosts: %w", err)
 	}
 	host := func(i int, name string) Host {
-		return Host{NS: fmt.Sprintf("fault%s-%d", h.id, i), Name: name, IP: net + strconv.Itoa(i),
+		return Host{NS: fmt.Sprintf("shop%s-%d", h.id, i), Name: name, IP: net + strconv.Itoa(i),
 			link: fmt.Sprintf("sh%s-%d", h.id, i)}
 	}
 	h.Control = host(100, self)
 	hostsFile := fmt.Sprintf("127.0.0.1 localhost\n%s %s\n", h.Control.IP, self)
 	for i := range n {
-		h.All = append(h.All, host(i+1, fmt.Sprintf("fault%s-%d", h.id, i+1)))
+		h.All = append(h.All, host(i+1, fmt.Sprintf("shop%s-%d", h.id, i+1)))
 		hostsFile += fmt.Sprintf("%s %s\n", h.All[i].IP, h.All[i].Name)
 	}
 	cmds := [][]string{
@@ -81,6 +82,11 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 			return nil, fmt.Errorf("hosts: %w", err)
 		}
 	}
+	// A firewall that drops forwarded traffic (Docker's sets FORWARD to DROP,
+	// and bridged frames pass through it) would cut the hosts off each other.
+	if _, err := exec.LookPath("iptables"); err == nil {
+		cmds = append(cmds, append([]string{"iptables", "-I"}, h.forward()...))
+	}
 	for _, c := range cmds {
 		if err := run(ctx, c...); err != nil {
 			h.Close()
@@ -88,6 +94,12 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 		}
 	}
 	return h, nil
+}
+
+// forward is the iptables rule, after its verb, that lets the bridge forward
+// between the hosts.
+func (h *Hosts) forward() []string {
+	return []string{"FORWARD", "-i", h.bridge, "-o", h.bridge, "-j", "ACCEPT"}
 }
 
 // Cut takes host's link to the bridge down: nothing reaches it or leaves it.
@@ -105,6 +117,9 @@ func (h *Hosts) Heal(ctx context.Context, host Host) error {
 func (h *Hosts) Close() {
 	ctx := context.Background()
 	for _, host := range append(h.All, h.Control) {
+		if host.NS == "" {
+			continue
+		}
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "pids", host.NS).Output(); err == nil {
 			for _, f := range strings.Fields(string(out)) {
 				if pid, err := strconv.Atoi(f); err == nil {
@@ -116,7 +131,35 @@ func (h *Hosts) Close() {
 		_ = run(ctx, "ip", "netns", "del", host.NS)
 		os.RemoveAll(filepath.Join("/etc/netns", host.NS))
 	}
-	_ = run(ctx, "ip", "link", "del", h.bridge)
+	if h.bridge != "" {
+		_ = run(ctx, "ip", "link", "del", h.bridge)
+		_ = run(ctx, append([]string{"iptables", "-D"}, h.forward()...)...)
+	}
+}
+
+// sweep removes the hosts an earlier run left behind when its test binary died
+// before its cleanup (a timeout, a kill): what runs in them, their links, the
+// bridges and the hosts files. One drill run at a time uses Hosts on a machine.
+func sweep(ctx context.Context) {
+	out, _ := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	var stale []Host
+	for _, line := range strings.Split(string(out), "\n") {
+		if ns, _, _ := strings.Cut(line, " "); strings.HasPrefix(ns, "shop") && strings.Contains(ns, "-") {
+			id, n, _ := strings.Cut(strings.TrimPrefix(ns, "shop"), "-")
+			stale = append(stale, Host{NS: ns, link: "sh" + id + "-" + n})
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	old := &Hosts{All: stale}
+	old.Close()
+	links, _ := exec.CommandContext(ctx, "ip", "-br", "link", "show", "type", "bridge").Output()
+	for _, line := range strings.Split(string(links), "\n") {
+		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, "shb") {
+			(&Hosts{bridge: name}).Close()
+		}
+	}
 }
 
 // run runs a command and returns its output in the error when it fails.

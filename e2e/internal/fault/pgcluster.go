@@ -140,6 +140,11 @@ func (c *PGCluster) Kill(s *PGServer) error {
 	if err != nil {
 		return err
 	}
+	// Stopped first, the postmaster forks nothing after its children are found
+	// (killed first, its children would be orphans, no longer found by parent).
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
 	for _, child := range children(pid) {
 		_ = syscall.Kill(child, syscall.SIGKILL)
 	}
