@@ -186,16 +186,13 @@ func (d *deps) behindRoutes(ready func(), ib *inbox.Inbox, logger *slog.Logger, 
 	headStart := time.AfterFunc(brokerHeadStart, ready)
 	return func(ctx context.Context) error {
 		defer headStart.Stop()
-		err := d.subscribe(ctx, ib, logger, reg)
-		if err == nil {
-			ready()
-		}
-		if err != nil {
+		if err := d.subscribe(ctx, ib, logger, reg); err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while connecting: a clean shutdown
 			}
 			return err
 		}
+		ready()
 		return d.run(ctx)
 	}
 }
