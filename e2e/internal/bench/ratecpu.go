@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -187,8 +186,7 @@ func (p *cpuProbe) use(a, b cpuSnapshot, orders int) cpuUse {
 }
 
 // readProcs returns the command name and CPU time of every process of the
-// machine, from /proc/<pid>/stat; a process that ends while it reads is
-// skipped.
+// machine; a process that ends while it reads is skipped.
 func readProcs() (map[int]procInfo, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -200,24 +198,15 @@ func readProcs() (map[int]procInfo, error) {
 		if err != nil {
 			continue
 		}
-		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
 		if err != nil {
 			continue
 		}
-		open, end := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
-		if open < 0 || end < open {
+		cpu, err := processCPU(pid)
+		if err != nil {
 			continue
 		}
-		f := strings.Fields(string(raw[end+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		ut, err1 := strconv.ParseInt(f[11], 10, 64)
-		st, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out[pid] = procInfo{comm: string(raw[open+1 : end]), cpu: time.Duration(ut+st) * clockTick}
+		out[pid] = procInfo{comm: strings.TrimSuffix(string(comm), "\n"), cpu: cpu}
 	}
 	return out, nil
 }
