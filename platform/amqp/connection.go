@@ -147,8 +147,9 @@ func Dial(ctx context.Context, url string, topo Topology, logger *slog.Logger) (
 }
 
 // DialOptions connects to url and declares topo, retrying failed dials with
-// capped exponential backoff and jitter until it succeeds or ctx ends
-// (then it returns the last dial error joined with ctx.Err()). url is one
+// capped exponential backoff and jitter until it succeeds or ctx ends: then
+// it returns at once, a dial or handshake under way cut, with ctx.Err()
+// joined with the last dial error. url is one
 // AMQP URL or the comma-separated URLs of a cluster's nodes (ParseNodes; a
 // url it refuses is returned at once). Every connect, the first and each
 // reconnect, tries the nodes in turn, starting with the node after the one
@@ -187,12 +188,28 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 		return nil, err
 	}
 	c.blocked = gauge
+	// ctx ending cuts a connect under way, on whichever node, as Close does.
+	cut := make(chan struct{})
+	stopCut := context.AfterFunc(ctx, func() { defer close(cut); _ = c.Close() })
+	giveUp := func(err error) (*Connection, error) {
+		if stopCut() {
+			_ = c.Close()
+		} else {
+			<-cut
+		}
+		return nil, err
+	}
 	b := backoff.New(c.opts.MinBackoff, c.opts.MaxBackoff)
 	for {
 		conn, sock, blocks, err := c.connect()
 		if err == nil {
 			c.wg.Add(1)
 			go c.watch(conn, sock, blocks)
+			if !stopCut() { // Close has run or runs: it shuts conn down
+				<-cut
+				c.wg.Wait()
+				return nil, ctx.Err()
+			}
 			if c.opts.RedeclareInterval > 0 {
 				c.wg.Add(1)
 				go c.redeclareEvery(c.opts.RedeclareInterval)
@@ -201,11 +218,13 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 		}
 		var amqpErr *amqp091.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed {
-			return nil, err
+			return giveUp(err)
 		}
-		c.logger.WarnContext(ctx, "amqp dial failed", slog.Any("error", err))
+		if ctx.Err() == nil {
+			c.logger.WarnContext(ctx, "amqp dial failed", slog.Any("error", err))
+		}
 		if ctxErr := backoff.Sleep(ctx, b.NextBackOff()); ctxErr != nil {
-			return nil, errors.Join(ctxErr, err)
+			return giveUp(errors.Join(ctxErr, err))
 		}
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,6 +83,77 @@ func TestDialFallsThroughToTheNextNode(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "guest:guest") {
 		t.Fatalf("a password in the logs:\n%s", logs)
+	}
+}
+
+// Two nodes that accept a TCP connection and never answer the handshake
+// would each hold a dial for its 30 s timeout. The caller's context ending
+// cuts the dial under way: DialOptions returns at once with ctx's error, on
+// the first attempt and while backing off, and leaves no socket open.
+func TestDialReturnsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	var silent []string
+	var accepted sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(accepted.Wait) // after the listeners close
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		accepted.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+		silent = append(silent, "amqp://guest:guest@"+ln.Addr().String()+"/")
+	}
+	for _, wait := range []time.Duration{200 * time.Millisecond, 1500 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(t.Context(), wait)
+		start := time.Now()
+		conn, err := DialOptions(ctx, strings.Join(silent, ","), vhostTopology(), nil,
+			Options{MinBackoff: time.Second, MaxBackoff: time.Second})
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+			t.Fatalf("dial to silent nodes succeeded")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("after %v: error %v, want one that wraps context.DeadlineExceeded", wait, err)
+		}
+		if took > wait+time.Second {
+			t.Errorf("with a context of %v, DialOptions returned after %v", wait, took)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) == 0 {
+		t.Fatal("no dial reached the silent nodes")
+	}
+	for _, c := range conns {
+		// The client closed its end: a read sees EOF (or a reset) at once.
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		for {
+			_, err := c.Read(buf)
+			if err == nil {
+				continue // the protocol header the client sent
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("a socket to a silent node is still open")
+			}
+			break
+		}
+		_ = c.Close()
 	}
 }
 
