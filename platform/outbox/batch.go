@@ -253,6 +253,15 @@ func (r *Relay) recordFailure(ctx context.Context, id string, pubErr error) erro
 	return err
 }
 
+// selectBatchSQL locks and reads the next at most $1 unpublished rows of
+// partition $3 of $2, in publishing order, skipping the rows another
+// transaction holds.
+const selectBatchSQL = `SELECT ` + rowColumns + ` FROM outbox
+	WHERE published_at IS NULL AND key_hash % $2 = $3
+	ORDER BY occurred_at, id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
 // selectBatch takes partition part's batch lock and the shared fence of
 // this partition count for the transaction, checks that lockPID still
 // leads the partition, locks and reads the partition's next batch of at
@@ -272,11 +281,7 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID ui
 		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $5 AND objsubid = 2
 		  AND database = `+currentDB+` AND classid = $6::bigint::oid AND objid = $2::bigint::oid)`,
 		k.batch, part, k.fence, k.partitions, int64(lockPID), int64(k.lead))
-	b.Queue(`SELECT `+rowColumns+` FROM outbox
-		WHERE published_at IS NULL AND key_hash % $2 = $3
-		ORDER BY occurred_at, id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, limit, k.partitions, part)
+	b.Queue(selectBatchSQL, limit, k.partitions, part)
 	b.Queue(`SELECT id::text FROM outbox WHERE published_at IS NULL AND key_hash % $1 = $2
 		ORDER BY occurred_at, id LIMIT 1`, k.partitions, part)
 	br := tx.SendBatch(ctx, b)
