@@ -229,7 +229,7 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	}
 }
 
-// connect dials (each node once at most, Nodes.DialConfig), declares the
+// connect dials (each node once at most, Nodes.Dial), declares the
 // topology, publishes the connection and the socket under it and logs
 // "amqp connected" with the node. blocks receives the connection's
 // connection.blocked notifications. Close cuts a connect in progress: the
@@ -250,7 +250,7 @@ func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks 
 	if c.opts.Name != "" {
 		cfg.Properties.SetClientConnectionName(c.opts.Name)
 	}
-	conn, node, err := c.nodes.DialConfig(cfg)
+	conn, node, err := c.nodes.Dial(c.closing, 0, cfg)
 	if err != nil {
 		c.setDown(err)
 		if c.isClosed() {

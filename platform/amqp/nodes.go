@@ -1,11 +1,14 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -15,7 +18,7 @@ import (
 // Nodes is the broker an AMQP_URL names: one node, or the nodes of one
 // cluster as a comma-separated list of URLs that share their vhost and user
 // ("amqp://u:p@10.0.0.1:5672/shop,amqp://u:p@10.0.0.2:5672/shop"). Each
-// DialConfig tries the nodes in turn, starting with the node after the one
+// Dial tries the nodes in turn, starting with the node after the one
 // tried last, so a process that lost its node moves on to the next one. Every
 // process starts with the first node: a fleet does not spread over the
 // cluster by itself (quorum queues do not need it to). A Nodes is safe for
@@ -79,17 +82,47 @@ func (n *Nodes) next() string {
 	return n.urls[n.last]
 }
 
-// DialConfig opens a connection with cfg to the first node that accepts,
-// trying each node once in turn, starting with the node after the one tried
-// last (the first node at the first call). It returns the connection and its
-// node's URL with the password masked, for a log line. When every node
-// fails, the error joins one "amqp dial <masked node>: <cause>" per node, in
-// the order tried; for a single node it is that one error. A dial bounded by
-// cfg.Dial (amqp091's default: 30 s) is tried on each node in turn, so a
-// node that does not answer delays the next by up to that bound.
-func (n *Nodes) DialConfig(cfg amqp091.Config) (*amqp091.Connection, string, error) {
+// Dial opens a connection with cfg to the first node that accepts, trying
+// each node once in turn, starting with the node after the one tried last
+// (the first node at the first call), and stops trying once ctx ends. It
+// returns the connection and its node's URL with the password masked, for a
+// log line. When every node fails, the error joins one "amqp dial <masked
+// node>: <cause>" per node tried, in order, and ctx's error if it ended; for
+// a single node it is that one error.
+//
+// With cfg.Dial nil, each node's TCP connect and handshake get perNode at
+// most, so that a silent node leaves time for the next, and ctx's end cuts
+// them. A cfg.Dial of the caller's is used as it is (perNode unused).
+func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Config) (*amqp091.Connection, string, error) {
+	var cut func() bool // unhooks the socket of the node being tried from ctx
+	defer func() {
+		if cut != nil {
+			cut()
+		}
+	}()
+	if cfg.Dial == nil {
+		cfg.Dial = func(network, addr string) (net.Conn, error) {
+			deadline := time.Now().Add(perNode)
+			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+			conn, err := (&net.Dialer{Deadline: deadline}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if cut != nil {
+				cut()
+			}
+			cut = context.AfterFunc(ctx, func() { _ = conn.Close() })
+			return conn, conn.SetDeadline(deadline) // cleared once the connection is open
+		}
+	}
 	var errs []error
 	for range n.urls {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
 		node := n.next()
 		conn, err := amqp091.DialConfig(node, cfg)
 		if err == nil {

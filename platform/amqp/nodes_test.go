@@ -7,10 +7,13 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/testkit"
@@ -92,30 +95,7 @@ func TestDialFallsThroughToTheNextNode(t *testing.T) {
 // the first attempt and while backing off, and leaves no socket open.
 func TestDialReturnsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	var silent []string
-	var accepted sync.WaitGroup
-	var conns []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(accepted.Wait) // after the listeners close
-	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ln.Close() })
-		accepted.Go(func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				conns = append(conns, c)
-				mu.Unlock()
-			}
-		})
-		silent = append(silent, "amqp://guest:guest@"+ln.Addr().String()+"/")
-	}
+	silent, conns := silentNodes(t, 2)
 	for _, wait := range []time.Duration{200 * time.Millisecond, 1500 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(t.Context(), wait)
 		start := time.Now()
@@ -134,12 +114,7 @@ func TestDialReturnsWhenItsContextEnds(t *testing.T) {
 			t.Errorf("with a context of %v, DialOptions returned after %v", wait, took)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(conns) == 0 {
-		t.Fatal("no dial reached the silent nodes")
-	}
-	for _, c := range conns {
+	for _, c := range conns() {
 		// The client closed its end: a read sees EOF (or a reset) at once.
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		buf := make([]byte, 64)
@@ -154,6 +129,86 @@ func TestDialReturnsWhenItsContextEnds(t *testing.T) {
 			break
 		}
 		_ = c.Close()
+	}
+}
+
+// Nodes.Dial gives each silent node its own share of time and the call
+// ctx's: with 300 ms per node both nodes are tried and named in the error;
+// with a context of 300 ms and 10 s per node, the call ends with the context.
+func TestNodesDialIsBoundedPerNodeAndPerCall(t *testing.T) {
+	t.Parallel()
+	silent, _ := silentNodes(t, 2)
+	nodes, err := ParseNodes(strings.Join(silent, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name         string
+		perNode, ctx time.Duration
+		want         string // in the error
+		tried        int
+		within       time.Duration
+	}{
+		{name: "per node", perNode: 300 * time.Millisecond, ctx: 30 * time.Second, want: "i/o timeout", tried: 2, within: 2 * time.Second},
+		{name: "per call", perNode: 10 * time.Second, ctx: 300 * time.Millisecond, want: context.DeadlineExceeded.Error(), tried: 1, within: 2 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), c.ctx)
+			defer cancel()
+			start := time.Now()
+			conn, _, err := nodes.Dial(ctx, c.perNode, amqp091.Config{})
+			if err == nil {
+				_ = conn.Close()
+				t.Fatal("dial to silent nodes succeeded")
+			}
+			if took := time.Since(start); took > c.within {
+				t.Errorf("Dial returned after %v, want within %v", took, c.within)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one that says %q", err, c.want)
+			}
+			if got := strings.Count(err.Error(), "amqp dial "); got < c.tried {
+				t.Errorf("error names %d nodes, want %d: %v", got, c.tried, err)
+			}
+		})
+	}
+}
+
+// silentNodes starts n listeners that accept TCP connections and never
+// answer, and returns their AMQP URLs and a function that returns the
+// connections they accepted so far.
+func silentNodes(t *testing.T, n int) (urls []string, accepted func() []net.Conn) {
+	t.Helper()
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after the listeners close
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+		urls = append(urls, "amqp://guest:guest@"+ln.Addr().String()+"/")
+	}
+	return urls, func() []net.Conn {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(conns) == 0 {
+			t.Fatal("no dial reached the silent nodes")
+		}
+		return slices.Clone(conns)
 	}
 }
 

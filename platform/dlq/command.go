@@ -199,7 +199,7 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlq: database %s: %w", config.MaskURL(cfg.DatabaseURL), err)
 	}
-	conn, err := dialBroker(cfg)
+	conn, err := dialBroker(ctx, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -222,15 +222,18 @@ func open(ctx context.Context, cfg Config) (*session, error) {
 
 // dialBroker opens the command's own connection to the first node of
 // cfg.AMQPURL (one URL or a list of a cluster's nodes, amqp.Nodes) that
-// accepts, each tried once in order, and logs "amqp connected" with the node.
-// The error names every node tried and why it failed.
-func dialBroker(cfg Config) (*amqp091.Connection, error) {
+// accepts, each tried once in order for up to 10 s, all within 30 s and
+// ctx, and logs "amqp connected" with the node. The error names every node
+// tried and why it failed.
+func dialBroker(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
 	nodes, err := amqp.ParseNodes(cfg.AMQPURL)
 	if err != nil {
 		return nil, fmt.Errorf("dlq: broker: %w", err)
 	}
-	conn, node, err := nodes.DialConfig(amqp091.Config{
-		Dial: amqp091.DefaultDial(10 * time.Second), Heartbeat: 5 * time.Second,
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, node, err := nodes.Dial(ctx, 10*time.Second, amqp091.Config{
+		Heartbeat:  5 * time.Second,
 		Properties: amqp091.Table{"connection_name": cfg.Consumer + " dlq"},
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ func Dial(amqpURL string) (*amqp091.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, _, err := nodes.DialConfig(amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	conn, _, err := nodes.Dial(context.Background(), 5*time.Second, amqp091.Config{})
 	return conn, err
 }
 

@@ -64,17 +64,16 @@ func (p *Probe) Close() error {
 	return err
 }
 
-// channel opens a channel, dialling the broker (within Timeout per node) when no
-// connection is open.
-func (p *Probe) channel() (*amqp091.Channel, error) {
+// channel opens a channel, dialling the broker (within Timeout per node, all
+// within ctx) when no connection is open.
+func (p *Probe) channel(ctx context.Context) (*amqp091.Channel, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
 		if p.nodesErr != nil {
 			return nil, fmt.Errorf("dial the broker: %w", p.nodesErr)
 		}
-		conn, node, err := p.nodes.DialConfig(amqp091.Config{
-			Dial:       amqp091.DefaultDial(Timeout),
+		conn, node, err := p.nodes.Dial(ctx, Timeout, amqp091.Config{
 			Properties: amqp091.Table{"connection_name": "auditor"},
 		})
 		if err != nil {
@@ -154,7 +153,7 @@ func (p *Probe) QueueDepths(ctx context.Context, queues ...string) (map[string]i
 	out := make(map[string]int, len(queues))
 	var errs []error
 	for _, q := range queues {
-		ch, err := p.channel()
+		ch, err := p.channel(ctx)
 		if err != nil {
 			return out, err
 		}
