@@ -103,6 +103,7 @@ func TestDialReturnsWhenItsContextEnds(t *testing.T) {
 			Options{MinBackoff: time.Second, MaxBackoff: time.Second})
 		took := time.Since(start)
 		cancel()
+		t.Logf("a context of %v: DialOptions returned after %v", wait, took.Round(time.Millisecond))
 		if err == nil {
 			_ = conn.Close()
 			t.Fatalf("dial to silent nodes succeeded")
