@@ -203,13 +203,15 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	for {
 		conn, sock, blocks, err := c.connect()
 		if err == nil {
-			c.wg.Add(1)
-			go c.watch(conn, sock, blocks)
-			if !stopCut() { // Close has run or runs: it shuts conn down
+			// Only once the AfterFunc can no longer call Close: a wg.Add
+			// concurrent with Close's wg.Wait is a race.
+			if !stopCut() { // Close has run or runs, with no watch to shut conn down
 				<-cut
-				c.wg.Wait()
+				c.shut(conn, sock, false)
 				return nil, ctx.Err()
 			}
+			c.wg.Add(1)
+			go c.watch(conn, sock, blocks)
 			if c.opts.RedeclareInterval > 0 {
 				c.wg.Add(1)
 				go c.redeclareEvery(c.opts.RedeclareInterval)

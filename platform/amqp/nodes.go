@@ -91,8 +91,10 @@ func (n *Nodes) next() string {
 // a single node it is that one error.
 //
 // With cfg.Dial nil, each node's TCP connect and handshake get perNode at
-// most, so that a silent node leaves time for the next, and ctx's end cuts
-// them. A cfg.Dial of the caller's is used as it is (perNode unused).
+// most (30 s when perNode <= 0), so that a silent node leaves time for the
+// next, and ctx's end cuts them. A cfg.Dial of the caller's is used as it is
+// (perNode unused). A connection is returned only if ctx had not ended when
+// it opened.
 func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Config) (*amqp091.Connection, string, error) {
 	var cut func() bool // unhooks the socket of the node being tried from ctx
 	defer func() {
@@ -100,6 +102,9 @@ func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Con
 			cut()
 		}
 	}()
+	if perNode <= 0 {
+		perNode = dialTimeout
+	}
 	if cfg.Dial == nil {
 		cfg.Dial = func(network, addr string) (net.Conn, error) {
 			deadline := time.Now().Add(perNode)
@@ -117,18 +122,40 @@ func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Con
 			return conn, conn.SetDeadline(deadline) // cleared once the connection is open
 		}
 	}
+	// ended is ctx's error, or DeadlineExceeded once its deadline has passed:
+	// the socket's deadline may be ctx's, and pass just before ctx's timer fires.
+	ended := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
 	var errs []error
 	for range n.urls {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
+		if err := ended(); err != nil {
 			break
 		}
 		node := n.next()
 		conn, err := amqp091.DialConfig(node, cfg)
 		if err == nil {
-			return conn, config.MaskURL(node), nil
+			if cut == nil || cut() {
+				cut = nil
+				return conn, config.MaskURL(node), nil
+			}
+			// ctx ended as the connection opened: its socket is closed.
+			cut = nil
+			_ = conn.Close()
+			err = ctx.Err()
 		}
 		errs = append(errs, fmt.Errorf("amqp dial %s: %w", config.MaskURL(node), err))
+	}
+	// A node cut by ctx fails with whatever the library makes of a closed
+	// socket ("username or password not allowed" during SASL): say why.
+	if err := ended(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 1 {
 		return nil, "", errs[0]

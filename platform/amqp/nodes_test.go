@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -132,6 +133,46 @@ func TestDialReturnsWhenItsContextEnds(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// ctx ending just as the connection opens (here: while the "amqp connected"
+// line is logged) is a failed dial: DialOptions returns ctx's error and
+// shuts the connection down; the race detector checks the hand-over
+// between the cut and the connection's goroutines.
+func TestDialCancelledAsItConnects(t *testing.T) {
+	t.Parallel()
+	live := testkit.NewVhost(t)
+	for _, pause := range []time.Duration{0, time.Millisecond, 20 * time.Millisecond} {
+		ctx, cancel := context.WithCancel(t.Context())
+		logger := slog.New(cancelOnConnected{cancel: cancel, pause: pause})
+		conn, err := DialOptions(ctx, live, vhostTopology(), logger, Options{})
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+			t.Fatalf("pause %v: DialOptions returned a connection after its context ended", pause)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("pause %v: error %v, want one that wraps context.Canceled", pause, err)
+		}
+	}
+}
+
+// cancelOnConnected is a log handler that calls cancel, then waits pause,
+// when the "amqp connected" line is logged.
+type cancelOnConnected struct {
+	cancel func()
+	pause  time.Duration
+}
+
+func (h cancelOnConnected) Enabled(context.Context, slog.Level) bool { return true }
+func (h cancelOnConnected) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "amqp connected" {
+		h.cancel()
+		time.Sleep(h.pause)
+	}
+	return nil
+}
+func (h cancelOnConnected) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h cancelOnConnected) WithGroup(string) slog.Handler      { return h }
 
 // Nodes.Dial gives each silent node its own share of time and the call
 // ctx's: with 300 ms per node both nodes are tried and named in the error;
