@@ -92,8 +92,8 @@ func (d *demo) run(ctx context.Context) error {
 		d.ui.plain("  dead letters: STOCK_DATABASE_URL='%s' AMQP_URL='%s' bin/stock dlq list",
 			d.srv.stockURL, d.srv.amqpURL)
 		<-ctx.Done()
-		d.ui.plain("stopping the processes")
 	}
+	d.ui.plain("stopping the processes")
 	return nil
 }
 
@@ -784,7 +784,7 @@ func (d *demo) relayCrash(ctx context.Context) error {
 		return err
 	}
 	pub0, backlog, keys0 := d.counts(ctx)
-	d.ui.say("outbox: %d published, %d waiting", pub0, backlog)
+	d.ui.say("outbox: %d waiting (and %d published by the steps before)", backlog, pub0)
 
 	if err := d.sys.Relay.Start(); err != nil {
 		return err
@@ -804,8 +804,9 @@ func (d *demo) relayCrash(ctx context.Context) error {
 		return err
 	}
 	pubK, _, keysK := d.counts(ctx)
-	d.ui.say("relay started, then killed with SIGKILL mid-batch: new events processed by stock so far: %d, outbox rows marked %d/%d published",
-		keysK-keys0, pubK-pub0, backlog)
+	d.ui.say("relay started, then killed with SIGKILL mid-batch: %d of the %d waiting rows marked published, %d of their events processed by stock; "+
+		"the unmarked rows are sent again after the restart, and those stock had already processed are duplicates the inbox skips",
+		pubK-pub0, backlog, keysK-keys0)
 	time.Sleep(500 * time.Millisecond)
 	rctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
