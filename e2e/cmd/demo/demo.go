@@ -201,6 +201,7 @@ func (d *demo) tracingEnv() []string {
 	}
 	conn, err := net.DialTimeout("tcp", localCollector, 300*time.Millisecond)
 	if err != nil {
+		d.ui.say("tracing: off, no collector answers on %s (docker compose up -d jaeger starts one)", localCollector)
 		return nil
 	}
 	_ = conn.Close()
