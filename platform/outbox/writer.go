@@ -64,30 +64,34 @@ func KeyHash(key string) int32 {
 	return int32(binary.BigEndian.Uint32(sum[:4]) & 0x7fffffff)
 }
 
-// Write records one event in tx: it builds the envelope (a fresh UUID v7
-// event_id, occurred_at at millisecond precision, the Writer's producer,
-// contracts.SchemaVersion, correlationID, payload), encodes it once, payload
-// included, validates those bytes against the contract and inserts the same
-// bytes into outbox with id = event_id, routing_key = eventName,
-// aggregate_key = aggregateKey and key_hash = KeyHash(aggregateKey). The
+// Entry is one event Prepare has built, encoded and checked against the
+// contract, ready for Insert.
+type Entry struct {
+	// Envelope is the event as written, its Payload a slice of the encoded bytes.
+	Envelope     contracts.Envelope
+	body         []byte            // the whole envelope, encoded once
+	aggregateKey string            // the relay's ordering key
+	traceContext map[string]string // W3C Trace Context carrier; nil when untraced
+}
+
+// Prepare builds one event's envelope (a fresh UUID v7 event_id, occurred_at
+// at millisecond precision, the Writer's producer, contracts.SchemaVersion,
+// correlationID, payload), encodes it once, payload included, and validates
+// those bytes against the contract; Insert then stores the same bytes. The
 // relay keeps the events of one aggregateKey (the order id) in order
 // (docs/architecture.md, rule 2); an empty key puts the row in one sequence
 // with every other keyless row. When ctx holds a span context (traced or only
-// propagated), its W3C Trace Context goes into the row's trace_context column,
-// so that the relay publishes the event in the same trace (docs/architecture.md,
-// "Tracing"); otherwise trace_context is NULL. The statement-level trigger on
-// outbox then notifies NotifyChannel when tx commits.
+// propagated), its W3C Trace Context goes with the entry, so that the relay
+// publishes the event in the same trace (docs/architecture.md, "Tracing").
 //
-// It returns the envelope written, its Payload a slice of the encoded bytes.
-// On any error nothing is inserted and the caller must roll tx back
-// (pg.WithTx does so when its function returns the error). A contract
-// violation is returned wrapping the *contracts.ValidationError that names
-// the offending field, for example "payload.lines[0].quantity"; an unknown
-// eventName wraps contracts.ErrUnknownEvent.
-func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, correlationID string, payload any) (contracts.Envelope, error) {
+// It touches no database. A contract violation is returned wrapping the
+// *contracts.ValidationError that names the offending field, for example
+// "payload.lines[0].quantity"; an unknown eventName wraps
+// contracts.ErrUnknownEvent.
+func (w *Writer) Prepare(ctx context.Context, eventName, aggregateKey, correlationID string, payload any) (Entry, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: %s event id: %w", eventName, err)
+		return Entry{}, fmt.Errorf("outbox: %s event id: %w", eventName, err)
 	}
 	env := contracts.Envelope{EventID: id, EventName: eventName, OccurredAt: w.now().UTC().Truncate(time.Millisecond),
 		Producer: w.producer, SchemaVersion: contracts.SchemaVersion, CorrelationID: correlationID}
@@ -95,21 +99,67 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, 
 	wire.Payload = payload // the whole event in one encoding pass
 	body, err := json.Marshal(wire)
 	if err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: encode %s envelope: %w", eventName, err)
+		return Entry{}, fmt.Errorf("outbox: encode %s envelope: %w", eventName, err)
 	}
 	if err := w.validator.Validate(body); err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: invalid %s envelope: %w", eventName, err)
-	}
-	// body goes to the jsonb column as it is ([]byte is sent as JSON text).
-	_, err = tx.Exec(ctx,
-		`INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, aggregate_key, key_hash, trace_context)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		env.EventID, env.EventName, env.EventName, body, env.OccurredAt, aggregateKey, KeyHash(aggregateKey), traceContext(ctx))
-	if err != nil {
-		return contracts.Envelope{}, fmt.Errorf("outbox: insert %s event %s: %w", eventName, env.EventID, err)
+		return Entry{}, fmt.Errorf("outbox: invalid %s envelope: %w", eventName, err)
 	}
 	env.Payload = payloadOf(body)
-	return env, nil
+	return Entry{Envelope: env, body: body, aggregateKey: aggregateKey, traceContext: traceContext(ctx)}, nil
+}
+
+// insertSQL inserts one outbox row per element of its arrays: id = event_id,
+// routing_key = event_name, the envelope's bytes as they were validated
+// (jsonb parses the text), and key_hash = KeyHash(aggregate_key).
+const insertSQL = `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, aggregate_key, key_hash, trace_context)
+	SELECT id, name, name, envelope::jsonb, occurred_at, key, key_hash, trace::jsonb
+	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::int[], $7::text[])
+	  AS e(id, name, envelope, occurred_at, key, key_hash, trace)`
+
+// Insert inserts entries as outbox rows in tx, with one statement whatever
+// their number (docs/architecture.md, rule 1), so the statement-level trigger
+// on outbox notifies NotifyChannel once when tx commits. On an error nothing
+// is inserted and the caller must roll tx back (pg.WithTx does so when its
+// function returns the error). No entries: it does nothing.
+func (w *Writer) Insert(ctx context.Context, tx pgx.Tx, entries ...Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	n := len(entries)
+	ids, names, bodies, keys, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	times, hashes := make([]time.Time, n), make([]int32, n)
+	for i, e := range entries {
+		ids[i], names[i], bodies[i], times[i] = e.Envelope.EventID.String(), e.Envelope.EventName, string(e.body), e.Envelope.OccurredAt
+		keys[i], hashes[i] = e.aggregateKey, KeyHash(e.aggregateKey)
+		if e.traceContext != nil {
+			tc, err := json.Marshal(e.traceContext)
+			if err != nil {
+				return fmt.Errorf("outbox: encode trace context: %w", err)
+			}
+			s := string(tc)
+			traces[i] = &s
+		}
+	}
+	if _, err := tx.Exec(ctx, insertSQL, ids, names, bodies, times, keys, hashes, traces); err != nil {
+		if n == 1 {
+			return fmt.Errorf("outbox: insert %s event %s: %w", names[0], ids[0], err)
+		}
+		return fmt.Errorf("outbox: insert %d events: %w", n, err)
+	}
+	return nil
+}
+
+// Write records one event in tx: Prepare, then Insert. It returns the
+// envelope written, with Prepare's and Insert's errors.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, eventName, aggregateKey, correlationID string, payload any) (contracts.Envelope, error) {
+	e, err := w.Prepare(ctx, eventName, aggregateKey, correlationID, payload)
+	if err != nil {
+		return contracts.Envelope{}, err
+	}
+	if err := w.Insert(ctx, tx, e); err != nil {
+		return contracts.Envelope{}, err
+	}
+	return e.Envelope, nil
 }
 
 // payloadOf is the payload's JSON within body, an encoded contracts.Wire: the

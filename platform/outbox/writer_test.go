@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/migrate"
@@ -239,5 +241,73 @@ func TestWriteUnknownEvent(t *testing.T) {
 	}
 	if n := countOutbox(t, pool); n != 0 {
 		t.Errorf("outbox rows = %d, want 0", n)
+	}
+}
+
+// Insert stores every prepared entry with one statement, bytes as validated
+// and in the trace of the context each was prepared in; a statement that
+// fails inserts none of them.
+func TestInsertStoresEveryEntryOrNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
+	traced := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled}))
+	var entries []outbox.Entry
+	for i, c := range []context.Context{ctx, traced, ctx} {
+		p := placedPayload()
+		e, err := w.Prepare(c, contracts.EventOrderPlaced, p.OrderID.String(), strconv.Itoa(i), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+	}
+	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { return w.Insert(ctx, tx, entries...) }); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	for i, e := range entries {
+		var key, corr string
+		var hash int32
+		var traceparent *string
+		err := pool.QueryRow(ctx, `SELECT aggregate_key, key_hash, envelope->>'correlation_id', trace_context->>'traceparent'
+			FROM outbox WHERE id = $1`, e.Envelope.EventID).Scan(&key, &hash, &corr, &traceparent)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		var p contracts.OrderPlaced
+		if err := json.Unmarshal(e.Envelope.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if key != p.OrderID.String() || hash != outbox.KeyHash(key) || corr != strconv.Itoa(i) {
+			t.Errorf("entry %d: row (%s, %d, %s), want (%s, %d, %d)", i, key, hash, corr, p.OrderID, outbox.KeyHash(key), i)
+		}
+		if want := i == 1; (traceparent != nil) != want {
+			t.Errorf("entry %d: traceparent %v, want one: %v", i, traceparent, want)
+		}
+	}
+	var tp string
+	if err := pool.QueryRow(ctx, `SELECT trace_context->>'traceparent' FROM outbox WHERE id = $1`, entries[1].Envelope.EventID).Scan(&tp); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tp, "00-01000000000000000000000000000000-0200000000000000-") {
+		t.Errorf("traceparent %q, not the preparing span's", tp)
+	}
+
+	// The same entries again: the first's id is taken, so none goes in.
+	fresh, err := w.Prepare(ctx, contracts.EventOrderPlaced, "k", "c", placedPayload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := []outbox.Entry{fresh, entries[0]}
+	err = pg.WithTx(ctx, pool, func(tx pgx.Tx) error { return w.Insert(ctx, tx, again...) })
+	if err == nil || !strings.Contains(err.Error(), "insert 2 events") {
+		t.Fatalf("Insert of a taken id: %v, want an error naming 2 events", err)
+	}
+	if n := countOutbox(t, pool); n != len(entries) {
+		t.Errorf("outbox rows = %d, want %d", n, len(entries))
+	}
+	if err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error { return w.Insert(ctx, tx) }); err != nil {
+		t.Errorf("Insert of nothing: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -74,19 +73,21 @@ func (h handlers) placed(ctx context.Context, tx pgx.Tx, events []inbox.Event[co
 	if err != nil {
 		return fmt.Errorf("%s: %w", contracts.EventOrderPlaced, err)
 	}
+	answers := make([]outbox.Entry, 0, len(ds))
 	for n, d := range ds {
 		if !d.Won {
 			h.stale(ctx, events[n].Meta, ps[n].Change)
 			continue
 		}
 		name, payload := Answer(ps[n].Change, d)
-		if _, err := h.outbox.Write(ctx, tx, name, ps[n].Change.OrderID.String(), events[n].CorrelationID, payload); err != nil {
-			var invalid *contracts.ValidationError
-			if errors.As(err, &invalid) { // this event's answer breaks the contract: it never will not
-				return inbox.EventFailed(n, fmt.Errorf("%s: write %s: %w: %w", events[n].EventName, name, inbox.ErrPermanent, err))
-			}
-			return fmt.Errorf("%s: write %s: %w", events[n].EventName, name, err) // the database: the group retries
+		e, err := h.outbox.Prepare(ctx, name, ps[n].Change.OrderID.String(), events[n].CorrelationID, payload)
+		if err != nil { // the answer breaks the contract, and always will: this event alone fails
+			return inbox.EventFailed(n, fmt.Errorf("%s: write %s: %w: %w", events[n].EventName, name, inbox.ErrPermanent, err))
 		}
+		answers = append(answers, e)
+	}
+	if err := h.outbox.Insert(ctx, tx, answers...); err != nil {
+		return fmt.Errorf("%s: write answers: %w", contracts.EventOrderPlaced, err) // the database: the group retries
 	}
 	return nil
 }
