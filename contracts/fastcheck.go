@@ -49,18 +49,17 @@ var (
 // fastValid reports whether doc, a body parsed by parseJSON, satisfies
 // schemas/envelope.json and the payload schema of its event_name, by checking
 // their rules directly on the parsed values: an order of magnitude cheaper than
-// the general schema library, which the consumers pay on every delivery. It never
-// says true for a document the schemas refuse; it may say false for one they
-// accept, and Validate then asks the library, which also explains any failure.
-// The schemas it follows are those hashed in fastSchemasSHA256.
+// the general schema library, which the consumers pay on every delivery and
+// stock on every answer it writes. It checks the three order events that carry
+// the order and stock's confirmation, and leaves the rejections, which are rare,
+// to the library. It never says true for a document the schemas refuse; it may
+// say false for one they accept, and Validate then asks the library, which also
+// explains any failure. The schemas it follows are those hashed in
+// fastSchemasSHA256.
 func fastValid(doc any) bool {
 	obj, ok := doc.(map[string]any)
 	if !ok || len(obj) != 7 { // additionalProperties: false, seven required
 		return false
-	}
-	name, ok := obj["event_name"].(string)
-	if !ok || (name != EventOrderPlaced && name != EventOrderCancelled && name != EventOrderConfirmed) {
-		return false // the other events are left to the library
 	}
 	id, ok := obj["event_id"].(string)
 	if !ok || !isUUID(id, true) {
@@ -76,29 +75,31 @@ func fastValid(doc any) bool {
 	if !nonEmptyString(obj["producer"]) || !nonEmptyString(obj["correlation_id"]) || !isInt32Positive(obj["schema_version"]) {
 		return false
 	}
-	// The three payload schemas have the same rules.
 	payload, ok := obj["payload"].(map[string]any)
-	if !ok || len(payload) != 4 {
+	if !ok {
 		return false
 	}
-	for _, k := range []string{"order_id", "customer_id"} {
-		if s, ok := payload[k].(string); !ok || !isUUID(s, false) {
-			return false
-		}
+	switch obj["event_name"] {
+	case EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed: // three payloads, the same rules
+		return len(payload) == 4 && isUUIDValue(payload["order_id"]) && isUUIDValue(payload["customer_id"]) &&
+			isInt32Positive(payload["version"]) && validLines(payload["lines"])
+	case EventStockReservationConfirmed:
+		return len(payload) == 3 && isUUIDValue(payload["order_id"]) &&
+			isInt32Positive(payload["order_version"]) && validLines(payload["lines"])
 	}
-	if !isInt32Positive(payload["version"]) {
-		return false
-	}
-	lines, ok := payload["lines"].([]any)
+	return false // the other events are left to the library
+}
+
+// validLines reports whether v is the lines array of an order or of a
+// reservation: 1 to 100 lines, each a product_id and a quantity.
+func validLines(v any) bool {
+	lines, ok := v.([]any)
 	if !ok || len(lines) < 1 || len(lines) > 100 {
 		return false
 	}
 	for _, l := range lines {
 		line, ok := l.(map[string]any)
-		if !ok || len(line) != 2 {
-			return false
-		}
-		if s, ok := line["product_id"].(string); !ok || !isUUID(s, false) {
+		if !ok || len(line) != 2 || !isUUIDValue(line["product_id"]) {
 			return false
 		}
 		if s, ok := line["quantity"].(string); !ok || !quantityPattern.MatchString(s) {
@@ -106,6 +107,12 @@ func fastValid(doc any) bool {
 		}
 	}
 	return true
+}
+
+// isUUIDValue reports whether v is a string holding a UUID of any version.
+func isUUIDValue(v any) bool {
+	s, ok := v.(string)
+	return ok && isUUID(s, false)
 }
 
 // isUUID reports whether s is a UUID in canonical lower-case form; v7 asks for
