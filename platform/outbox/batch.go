@@ -207,16 +207,19 @@ func (f *inFlight) end(ctx context.Context, r *Relay, confirmed int, err error) 
 	}
 }
 
+// selectAfterSQL is selectBatchSQL for the rows after ($4, $5) in publishing order.
+const selectAfterSQL = `SELECT ` + rowColumns + ` FROM outbox
+	WHERE published_at IS NULL AND key_hash % $2 = $3 AND (occurred_at, id) > ($4, $5::uuid)
+	ORDER BY outbox.occurred_at, outbox.id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED`
+
 // selectAfter locks and reads the next at most limit rows of partition
 // part after the row of after, in publishing order, within the
 // transaction that selected after (whose batch lock keeps every other
 // relay off the partition).
 func (r *Relay) selectAfter(ctx context.Context, tx pgx.Tx, part int, after amqp.Message, limit int) ([]amqp.Message, error) {
-	rows, err := tx.Query(ctx, `SELECT `+rowColumns+` FROM outbox
-		WHERE published_at IS NULL AND key_hash % $2 = $3 AND (occurred_at, id) > ($4, $5::uuid)
-		ORDER BY occurred_at, id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, limit, r.keys.partitions, part, after.Timestamp, after.MessageID)
+	rows, err := tx.Query(ctx, selectAfterSQL, limit, r.keys.partitions, part, after.Timestamp, after.MessageID)
 	if err != nil {
 		return nil, fmt.Errorf("select outbox batch: %w", err)
 	}
@@ -255,12 +258,32 @@ func (r *Relay) recordFailure(ctx context.Context, id string, pubErr error) erro
 
 // selectBatchSQL locks and reads the next at most $1 unpublished rows of
 // partition $3 of $2, in publishing order, skipping the rows another
-// transaction holds.
+// transaction holds. Its ORDER BY names the table's columns: the output
+// column id is id::text, and sorting by it would keep the partial index
+// outbox_unpublished_idx from giving the order (the relay's other
+// statements do the same).
 const selectBatchSQL = `SELECT ` + rowColumns + ` FROM outbox
 	WHERE published_at IS NULL AND key_hash % $2 = $3
-	ORDER BY occurred_at, id
+	ORDER BY outbox.occurred_at, outbox.id
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED`
+
+// batchSettingsSQL sets, for the batch transaction alone, the idle timeout
+// ($1, in ms) and the plans of the relay's statements: each walks an index,
+// never the table, whatever its statistics say. The relay runs them thousands
+// of times on the same sessions: a plan cached while the outbox was small (a
+// sequential scan) would otherwise stay as the table grows, until an ANALYZE
+// of it; and a bitmap scan of outbox_unpublished_idx reads every entry it
+// still holds for rows published since the last vacuum, and the heap page of
+// each, where a walk in index order stops at the batch's last row and marks
+// the entries of dead rows so that later walks skip them.
+const batchSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// headSQL reads the id of partition $2 of $1's oldest unpublished row, held
+// by another transaction or not.
+const headSQL = `SELECT id::text FROM outbox WHERE published_at IS NULL AND key_hash % $1 = $2
+	ORDER BY outbox.occurred_at, outbox.id LIMIT 1`
 
 // selectBatch takes partition part's batch lock and the shared fence of
 // this partition count for the transaction, checks that lockPID still
@@ -275,15 +298,13 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID ui
 	k := r.keys
 	idleLimit := r.cfg.ConfirmTimeout + 2*finishTimeout
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
-		strconv.FormatInt(idleLimit.Milliseconds(), 10))
+	b.Queue(batchSettingsSQL, strconv.FormatInt(idleLimit.Milliseconds(), 10))
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1::int, $2::int), pg_try_advisory_xact_lock_shared($3::int, $4::int),
 		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $5 AND objsubid = 2
 		  AND database = `+currentDB+` AND classid = $6::bigint::oid AND objid = $2::bigint::oid)`,
 		k.batch, part, k.fence, k.partitions, int64(lockPID), int64(k.lead))
 	b.Queue(selectBatchSQL, limit, k.partitions, part)
-	b.Queue(`SELECT id::text FROM outbox WHERE published_at IS NULL AND key_hash % $1 = $2
-		ORDER BY occurred_at, id LIMIT 1`, k.partitions, part)
+	b.Queue(headSQL, k.partitions, part)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {

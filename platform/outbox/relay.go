@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -416,9 +417,11 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		counts := make([]int64, n)
 		ages := make([]float64, n)
 		err := func() error {
+			// An unnamed statement, planned for each run: a plan cached while the
+			// outbox was small would stay as it grows (batchSettingsSQL).
 			rows, err := r.pool.Query(qctx, `SELECT key_hash % $1, count(*),
 				COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8
-				FROM outbox WHERE published_at IS NULL GROUP BY 1`, n)
+				FROM outbox WHERE published_at IS NULL GROUP BY 1`, pgx.QueryExecModeExec, n)
 			if err != nil {
 				return err
 			}
