@@ -137,10 +137,18 @@ type relayRun struct {
 // cores is the CPU the run kept busy: every counted process, in cores.
 func (r relayRun) cores() float64 { return (r.relayMs + r.dbMs + r.brokerMs) * r.rate / 1000 }
 
+// relayMemberClass is the class of the relays' membership lock for
+// outbox.DefaultLockKey (platform/outbox/leader.go, lockKeys.member). A
+// session holding it for a partition count no relay has (0) makes every relay
+// stand by ("relays with another partition count are running") until it lets
+// go: the gate of runRelayProcesses. The run checks that nothing was published
+// while the gate was shut, so a change of the protocol cannot go unseen.
+const relayMemberClass = int32(outbox.DefaultLockKey&0x3fffffff) + 2
+
 // runRelayProcesses drains a clone of the relay source database with procs
 // real relay processes configured with parts partitions, and checks the
 // order of what reached stock.events. The processes start while the bench
-// holds the single-leader lock, which keeps them standing by; the clock
+// holds the gate (relayMemberClass), which keeps them standing by; the clock
 // starts when it lets go and stops when no row is left unpublished.
 func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (relayRun, error) {
 	name := relayRunName(parts, procs)
@@ -167,7 +175,7 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 		return relayRun{}, err
 	}
 	defer gate.Close(context.WithoutCancel(ctx))
-	if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, outbox.DefaultLockKey); err != nil {
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock_shared($1::int, 0)`, relayMemberClass); err != nil {
 		return relayRun{}, fmt.Errorf("hold the relays back: %w", err)
 	}
 
@@ -208,6 +216,9 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 	}
 
 	const unpublished = `SELECT count(*) FROM outbox WHERE published_at IS NULL`
+	if left, err := count(ctx, pool, unpublished); err != nil || left != rows {
+		return relayRun{}, fmt.Errorf("the relays published before the gate opened (%d of %d rows left, %v)", left, rows, err)
+	}
 	procsCPU := func() time.Duration {
 		var total time.Duration
 		for _, p := range ps {
@@ -223,7 +234,7 @@ func (e *env) runRelayProcesses(ctx context.Context, parts, procs, rows int) (re
 		return relayRun{}, err
 	}
 	start := time.Now()
-	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outbox.DefaultLockKey); err != nil {
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock_shared($1::int, 0)`, relayMemberClass); err != nil {
 		return relayRun{}, err
 	}
 	deadline := start.Add(time.Duration(rows/50+60) * time.Second) // a relay slower than 50 rows/s is broken
