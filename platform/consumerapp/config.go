@@ -155,16 +155,6 @@ type ToolConfig struct {
 	MinRetention time.Duration
 }
 
-// LogValue logs the configuration with the passwords masked.
-func (c ToolConfig) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
-		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
-		slog.String("log_level", c.LogLevel.String()),
-		slog.Duration("min_retention", c.MinRetention),
-	)
-}
-
 // LoadMigrateConfig reads what migrate needs through env.
 func (s Service) LoadMigrateConfig(env *config.Env) ToolConfig {
 	return ToolConfig{DatabaseURL: pg.URLFromEnv(env, s.EnvPrefix+"DATABASE_URL", s.DatabaseURL), LogLevel: logging.LevelFromEnv(env)}

@@ -173,9 +173,6 @@ func NewConsumer(cfg Config) *Consumer {
 	}
 }
 
-// Name returns the consumer's name.
-func (c *Consumer) Name() string { return c.name }
-
 // Handle processes the message with key once for consumer, in mode Skip, without
 // content check and without counters: the whole library in one call. See
 // Consumer.Handle.

@@ -134,16 +134,6 @@ type ToolConfig struct {
 	MinRetention  time.Duration
 }
 
-// LogValue logs the configuration with the database password masked.
-func (c ToolConfig) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
-		slog.String("log_level", c.LogLevel.String()),
-		slog.Duration("replay_horizon", c.ReplayHorizon),
-		slog.Duration("min_retention", c.MinRetention),
-	)
-}
-
 // LoadPurgeConfig reads what purge-outbox needs through env.
 func (s Service) LoadPurgeConfig(env *config.Env) ToolConfig {
 	return ToolConfig{

@@ -29,13 +29,10 @@ const nodeErlArgs = "+S 2:2 +sbwt none +sbwtdcpu none +sbwtdio none"
 const (
 	alarmWatermark   = "0.0000001"
 	defaultWatermark = "0.4"
-	// A disk free limit no machine meets, and RabbitMQ's default.
-	alarmDiskLimit   = "1000TB"
-	defaultDiskLimit = "50MB"
 )
 
 // RabbitNode is a private RabbitMQ node for tests that raise node-wide faults
-// (a memory or disk alarm, a broker stop and start), which must never touch
+// (a memory alarm, a broker stop and start), which must never touch
 // the shared broker. It runs rabbitmq-server from this machine's RabbitMQ
 // installation under t.TempDir(), with a unique node name, free AMQP and
 // distribution ports on 127.0.0.1, its own Erlang cookie, no plugins and the
@@ -205,19 +202,11 @@ func (n *RabbitNode) Alarm(t testing.TB) {
 	n.Ctl(t, "set_vm_memory_high_watermark", alarmWatermark)
 }
 
-// DiskAlarm raises a disk alarm on the node (a disk free limit of 1000 TB),
-// with the same effect as Alarm, until ClearAlarm.
-func (n *RabbitNode) DiskAlarm(t testing.TB) {
-	t.Helper()
-	n.Ctl(t, "set_disk_free_limit", alarmDiskLimit)
-}
-
-// ClearAlarm restores the default memory watermark (0.4) and disk free limit
-// (50 MB), which clears the alarms of Alarm and DiskAlarm.
+// ClearAlarm restores the default memory watermark (0.4), which clears the
+// alarm of Alarm.
 func (n *RabbitNode) ClearAlarm(t testing.TB) {
 	t.Helper()
 	n.Ctl(t, "set_vm_memory_high_watermark", defaultWatermark)
-	n.Ctl(t, "set_disk_free_limit", defaultDiskLimit)
 }
 
 // Ctl runs rabbitmqctl with args against the node and returns its output,

@@ -99,13 +99,6 @@ func Describe(t testing.TB, pool *pgxpool.Pool) string {
 	return strings.Join(all, "\n")
 }
 
-// Rows returns every row of every table of pool's database but goose's version
-// tables, as text in a stable order.
-func Rows(t testing.TB, pool *pgxpool.Pool) string {
-	t.Helper()
-	return rowsOf(t, pool, columns(t, pool))
-}
-
 // columns lists the columns of every table of pool's database but goose's version
 // tables, by table, in column order.
 func columns(t testing.TB, pool *pgxpool.Pool) map[string][]string {

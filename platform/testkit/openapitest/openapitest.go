@@ -114,9 +114,6 @@ func NewServer(t testing.TB, doc *openapi3.T, h http.Handler) *Server {
 	return s
 }
 
-// URL is the test server's base URL.
-func (s *Server) URL() string { return s.srv.URL }
-
 // Do sends method path (path and query, such as "/orders?x=1") with header and body,
 // and fails t unless the path is a documented operation and the response matches what
 // the document says of that operation and status: a documented status, the documented
