@@ -169,25 +169,10 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	c := &Connection{
-		nodes:     nodes,
-		topo:      topo,
-		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", config.MaskURL(url))),
-		opts:      opts.withDefaults(),
-		done:      make(chan struct{}),
-		up:        make(chan struct{}),
-		unblocked: make(chan struct{}),
-	}
-	close(c.unblocked)
-	c.closing, c.stopClosing = context.WithCancel(context.Background())
-	gauge, err := blockedGauge(c.opts.Registerer, c.opts.Name)
+	c, err := newConnection(nodes, topo, logger, opts)
 	if err != nil {
 		return nil, err
 	}
-	c.blocked = gauge
 	// ctx ending cuts a connect under way, on whichever node, as Close does.
 	cut := make(chan struct{})
 	stopCut := context.AfterFunc(ctx, func() { defer close(cut); _ = c.Close() })
@@ -229,6 +214,31 @@ func DialOptions(ctx context.Context, url string, topo Topology, logger *slog.Lo
 			return giveUp(errors.Join(ctxErr, err))
 		}
 	}
+}
+
+// newConnection returns a Connection to nodes, not yet connected, with its
+// blocked gauge registered (an error when the registry refuses it).
+func newConnection(nodes *Nodes, topo Topology, logger *slog.Logger, opts Options) (*Connection, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Connection{
+		nodes:     nodes,
+		topo:      topo,
+		logger:    logger.With(slog.String("component", "amqp"), slog.String("url", nodes.String())),
+		opts:      opts.withDefaults(),
+		done:      make(chan struct{}),
+		up:        make(chan struct{}),
+		unblocked: make(chan struct{}),
+	}
+	close(c.unblocked)
+	c.closing, c.stopClosing = context.WithCancel(context.Background())
+	gauge, err := blockedGauge(c.opts.Registerer, c.opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	c.blocked = gauge
+	return c, nil
 }
 
 // connect dials (each node once at most, Nodes.Dial), declares the

@@ -122,20 +122,9 @@ func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Con
 			return conn, conn.SetDeadline(deadline) // cleared once the connection is open
 		}
 	}
-	// ended is ctx's error, or DeadlineExceeded once its deadline has passed:
-	// the socket's deadline may be ctx's, and pass just before ctx's timer fires.
-	ended := func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-			return context.DeadlineExceeded
-		}
-		return nil
-	}
 	var errs []error
 	for range n.urls {
-		if err := ended(); err != nil {
+		if err := ended(ctx); err != nil {
 			break
 		}
 		node := n.next()
@@ -154,11 +143,23 @@ func (n *Nodes) Dial(ctx context.Context, perNode time.Duration, cfg amqp091.Con
 	}
 	// A node cut by ctx fails with whatever the library makes of a closed
 	// socket ("username or password not allowed" during SASL): say why.
-	if err := ended(); err != nil {
+	if err := ended(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 1 {
 		return nil, "", errs[0]
 	}
 	return nil, "", errors.Join(errs...)
+}
+
+// ended returns ctx's error, or DeadlineExceeded once its deadline has passed:
+// a socket's deadline may be ctx's, and pass just before ctx's timer fires.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
