@@ -180,14 +180,14 @@ func (e *env) measureMaxRate(ctx context.Context) error {
 	return nil
 }
 
-// cpuPerOrderName is the name of the CPU per order of the journey from place
-// to leg ("reservation" or "confirmed") at rate orders/s.
 // cpuRelayWakeName is the name of the relay side's CPU per order of the
 // latency run whose relay is woken by wake ("notify" or "poll").
 func cpuRelayWakeName(wake string, rate int) string {
 	return fmt.Sprintf("cpu_ms_per_order_relay_side_%s_%d", wake, rate)
 }
 
+// cpuPerOrderName is the name of the CPU per order of the journey from place
+// to leg ("reservation" or "confirmed") at rate orders/s.
 func cpuPerOrderName(leg string, rate int) string {
 	return fmt.Sprintf("cpu_ms_per_order_%s_%d", leg, rate)
 }
