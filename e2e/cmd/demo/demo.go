@@ -805,8 +805,8 @@ func (d *demo) relayCrash(ctx context.Context) error {
 		return err
 	}
 	pubK, _, keysK := d.counts(ctx)
-	d.ui.say("relay started, then killed with SIGKILL mid-batch: %d of the %d waiting rows marked published, %d of their events processed by stock; "+
-		"the unmarked rows are sent again after the restart, and those stock had already processed are duplicates the inbox skips",
+	d.ui.say("relay started, then killed with SIGKILL mid-batch: %d of the %d waiting rows marked published, %d of their events processed by stock at that moment "+
+		"(the broker still holds more of what it took); the unmarked rows are sent again after the restart, and each copy stock gets twice is a duplicate the inbox skips (the summary counts them)",
 		pubK-pub0, backlog, keysK-keys0)
 	time.Sleep(500 * time.Millisecond)
 	rctx, cancel := context.WithTimeout(ctx, maxWait)
