@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
@@ -30,6 +31,7 @@ type demo struct {
 	api  *system.Client
 	dbs  check.DBs
 	logs []*os.File
+	lock *pgx.Conn // holds the demo's lock on the PostgreSQL server (claimServer)
 
 	first        system.Order // the order followed through every table
 	raceProduct  string       // the product of 5 units the race is about
@@ -48,6 +50,9 @@ func (d *demo) stop() {
 	d.dbs.Close()
 	for _, f := range d.logs {
 		f.Close()
+	}
+	if d.lock != nil {
+		d.lock.Close(context.Background())
 	}
 }
 
@@ -107,6 +112,9 @@ func (d *demo) servers(ctx context.Context) error {
 
 func (d *demo) fresh(ctx context.Context) error {
 	var err error
+	if d.lock, err = claimServer(ctx, d.s.orderDB, demoLockKey); err != nil {
+		return err
+	}
 	for _, db := range []struct {
 		server, name string
 		dst          *string

@@ -127,6 +127,36 @@ func ensureServers(ctx context.Context, out io.Writer, dbURLs []string, amqpURL 
 	}
 }
 
+// demoLockKey is the session-level advisory lock a running demo holds on the
+// PostgreSQL server of its order database: any constant no other lock uses.
+const demoLockKey = 7_304_215_002
+
+// claimServer takes the advisory lock key (the demo's: demoLockKey) on the
+// server of dbURL and returns the session that holds it until it is closed or
+// the demo dies, so that a second demo refuses to start instead of dropping the
+// databases under the first one (DROP DATABASE ... WITH (FORCE) would end its
+// sessions). It returns an error when another session holds the lock or the
+// server does not answer.
+func claimServer(ctx context.Context, dbURL string, key int64) (*pgx.Conn, error) {
+	admin, err := databaseURL(dbURL, "postgres")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return nil, fmt.Errorf("demo lock: %w", err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil || !got {
+		conn.Close(context.WithoutCancel(ctx))
+		if err == nil {
+			err = fmt.Errorf("another demo is running against the PostgreSQL server of %s (it uses the same demo_* databases and vhost): stop it first", hostOf(dbURL))
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
 // recreateDatabase drops the database of dbURL (closing its connections);
 // `migrate` creates it again.
 func recreateDatabase(ctx context.Context, dbURL string) error {
