@@ -3,6 +3,7 @@ package dlq
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
@@ -309,6 +311,48 @@ func TestReplayRefusesOlderThanTheHorizon(t *testing.T) {
 	_ = f.pool.QueryRow(t.Context(), `SELECT count(*) FROM dead_letter WHERE message_key = $1`, id.String()).Scan(&rows)
 	if rows != 2 || f.resolution(t, id.String()) == "" {
 		t.Errorf("%d rows for %s, want 2 (one replayed, one open)", rows, id)
+	}
+}
+
+// TestReplayRefusesAConflict: an event whose event_id the consumer processed with
+// another content would be dead-lettered again at once (a *inbox.ConflictError), so
+// replay refuses it unless --force; with the same content it is a duplicate.
+func TestReplayRefusesAConflict(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.consume(t, func() bool { return true })
+	id, m := event(time.Now())
+	f.publish(t, m)
+	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+
+	other := sha256.Sum256([]byte("another content"))
+	if _, err := f.pool.Exec(t.Context(), `INSERT INTO processed_event (consumer, message_key, payload_sha256) VALUES ('tester', $1, $2)`,
+		id.String(), other[:]); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.run(t, "replay", "--all")
+	if err == nil || !strings.HasPrefix(out, "refused") || !strings.Contains(out, VerdictConflict) {
+		t.Fatalf("replay = %q, %v; want refused as a conflict", out, err)
+	}
+	if n := f.depth(t, f.cfg.DeadLetterQueue); n != 1 || f.resolution(t, id.String()) != "open" {
+		t.Fatalf("refused message moved: %d left", n)
+	}
+
+	var env contracts.Envelope
+	if err := json.Unmarshal(m.Body, &env); err != nil {
+		t.Fatal(err)
+	}
+	same, err := inbox.ContentSum(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(t.Context(), `UPDATE processed_event SET payload_sha256 = $2 WHERE consumer = 'tester' AND message_key = $1`,
+		id.String(), same); err != nil {
+		t.Fatal(err)
+	}
+	out, err = f.run(t, "replay", "--dry-run", "--all")
+	if err != nil || !strings.HasPrefix(out, "would replay") || !strings.Contains(out, VerdictDuplicate) {
+		t.Fatalf("replay --dry-run = %q, %v; want a duplicate", out, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/inbox"
 )
 
 // Stale is a consuming service's own word on an event its inbox has not seen: a
@@ -28,6 +30,7 @@ type Stale func(ctx context.Context, tx pgx.Tx, env contracts.Envelope) (note st
 const (
 	VerdictApply     = "apply"
 	VerdictDuplicate = "duplicate"
+	VerdictConflict  = "conflict"
 	VerdictStale     = "stale"
 	VerdictExpired   = "older than the inbox purge horizon"
 	VerdictNoEvent   = "no event_id"
@@ -36,7 +39,9 @@ const (
 
 // verdict says what replaying m would do, in the order the consumer decides it:
 // no event_id, then the consumer's check (Config.Check, whose error is the reason
-// returned), then its inbox key, then the horizon, then the service's own state
+// returned), then its inbox key (a duplicate when the key is stored with m's
+// content hash, inbox.ContentSum, or with none; a conflict, dead-lettered again,
+// when with another), then the horizon, then the service's own state
 // (Config.Stale, whose note is the reason returned). It reads through tx.
 func (s *session) verdict(ctx context.Context, tx pgx.Tx, m *Message) (verdict, reason string, err error) {
 	if m.EventID == uuid.Nil {
@@ -49,21 +54,28 @@ func (s *session) verdict(ctx context.Context, tx pgx.Tx, m *Message) (verdict, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var dup bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_event WHERE consumer = $1 AND message_key = $2)`,
-		s.cfg.Consumer, m.EventID.String()).Scan(&dup)
-	if err != nil {
+	var stored []byte
+	err = tx.QueryRow(ctx, `SELECT coalesce(payload_sha256, '') FROM processed_event WHERE consumer = $1 AND message_key = $2`,
+		s.cfg.Consumer, m.EventID.String()).Scan(&stored)
+	dup := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", "", fmt.Errorf("dlq: look up the inbox key of %s: %w", m.EventID, err)
 	}
+	var env contracts.Envelope
+	decoded := json.Unmarshal(m.Delivery.Body, &env) == nil
 	switch {
+	case dup && decoded && len(stored) > 0:
+		if sum, err := inbox.ContentSum(env); err == nil && !bytes.Equal(sum, stored) {
+			return VerdictConflict, "", nil
+		}
+		return VerdictDuplicate, "", nil
 	case dup:
 		return VerdictDuplicate, "", nil
 	case !m.OccurredAt.IsZero() && time.Since(m.OccurredAt) > s.cfg.Horizon:
 		return VerdictExpired, "", nil
 	}
 	if s.cfg.Stale != nil {
-		var env contracts.Envelope
-		if err := json.Unmarshal(m.Delivery.Body, &env); err == nil {
+		if decoded {
 			note, err := s.cfg.Stale(ctx, tx, env)
 			if err != nil {
 				return "", "", fmt.Errorf("dlq: is %s stale: %w", m.EventID, err)
@@ -279,7 +291,7 @@ func (s *session) decide(ctx context.Context, w io.Writer, tx pgx.Tx, m *Message
 	verb := "replayed"
 	act = true
 	switch {
-	case (v == VerdictExpired || v == VerdictNoEvent || v == VerdictInvalid) && !force:
+	case (v == VerdictExpired || v == VerdictNoEvent || v == VerdictInvalid || v == VerdictConflict) && !force:
 		verb, act = "refused", false
 		t.refused++
 	case dryRun:
@@ -290,6 +302,8 @@ func (s *session) decide(ctx context.Context, w io.Writer, tx pgx.Tx, m *Message
 	case VerdictDuplicate:
 		t.dup++
 		note += ": already processed, the consumer will skip it"
+	case VerdictConflict:
+		note += ": its event_id was processed with another content, the consumer will dead-letter it again"
 	case VerdictStale:
 		t.stale++
 		note += ": will change nothing (" + oneLine(reason, 200) + ")"

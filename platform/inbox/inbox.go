@@ -274,18 +274,21 @@ func (i *Inbox) routeFor(eventName string) *route {
 	return i.routes[eventName]
 }
 
-// content is the content of env the Inbox hashes: the envelope as
+// ContentSum is the content hash the Inbox stores with env's key
+// (processed_event.payload_sha256, 32 bytes): the SHA-256 of the envelope as
 // contracts.Envelope encodes it, one canonical form whatever bytes a copy of
-// the event travelled as (the relay sends PostgreSQL's jsonb text). Keys
-// stored since the content check exists hold the SHA-256 of this form.
-func content(env contracts.Envelope) ([]byte, error) {
+// the event travelled as (the relay sends PostgreSQL's jsonb text). A key
+// whose stored hash differs is a *ConflictError (rule 3). It returns an error
+// only when env does not encode.
+func ContentSum(env contracts.Envelope) ([]byte, error) {
 	// The bytes json.Marshal(env) gives, without its second pass: MarshalJSON's
 	// output is already compact and HTML-escaped.
 	b, err := env.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope: %w", err)
 	}
-	return b, nil
+	sum := sha256.Sum256(b)
+	return sum[:], nil
 }
 
 // Process handles env once for this consumer (docs/architecture.md, rule 3): it
@@ -332,12 +335,11 @@ func (i *Inbox) decode(env contracts.Envelope) (*event, *route, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("event %s: decode %s payload: %w: %w", env.EventID, env.EventName, ErrPermanent, err)
 	}
-	c, err := content(env)
+	sum, err := ContentSum(env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("event %s: %w", env.EventID, err)
 	}
-	sum := sha256.Sum256(c)
-	return &event{meta: metaOf(env), payload: payload, key: env.EventID.String(), sum: sum[:]}, r, nil
+	return &event{meta: metaOf(env), payload: payload, key: env.EventID.String(), sum: sum}, r, nil
 }
 
 // metaOf returns the Meta of env.
