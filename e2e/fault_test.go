@@ -26,7 +26,7 @@ import (
 
 // TestFaultBroker raises faults in the rig's own vhost of the shared broker,
 // one after the other: a queue refusing publishes, deleted queues, a deleted
-// exchange, and messages with a wrong content type or message id (last, as
+// exchange, and messages with a wrong content type, message id or type (last, as
 // they stay in the dead-letter queues).
 func TestFaultBroker(t *testing.T) {
 	t.Parallel()
@@ -231,9 +231,10 @@ func deletedExchange(t *testing.T, r *fault.Rig) {
 	ledger(t, r, nil)
 }
 
-// badContent publishes a valid envelope with content_type
-// text/plain, and one whose message_id is not its event_id: each consumer
-// dead-letters both and no order is touched by them.
+// badContent publishes a valid envelope with content_type text/plain, one
+// whose message_id is not its event_id, and one whose type is not its
+// event_name: each consumer dead-letters all three and no order is touched by
+// them.
 func badContent(t *testing.T, r *fault.Rig) {
 	ctx := testkit.Context(t)
 	underLoad(t, r, 10, 0, func(context.Context) {})
@@ -266,7 +267,16 @@ func badContent(t *testing.T, r *fault.Rig) {
 	if err := system.Publish(ctx, r.AMQPURL(), contracts.Exchange, name, newEventID(), withID(newEventID())); err != nil {
 		t.Fatal(err)
 	}
-	ledger(t, r, map[string]int{contracts.QueueStockDLQ: 2, contracts.QueueShippingDLQ: 2})
+	typeID := newEventID() // routed as a placed event, typed as a cancel
+	if err := r.Broker(ctx, func(ch *amqp091.Channel) error {
+		return ch.PublishWithContext(ctx, contracts.Exchange, name, false, false, amqp091.Publishing{
+			ContentType: "application/json", DeliveryMode: amqp091.Persistent, MessageId: typeID,
+			Type: contracts.EventOrderCancelled, Body: withID(typeID),
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ledger(t, r, map[string]int{contracts.QueueStockDLQ: 3, contracts.QueueShippingDLQ: 3})
 }
 
 // newEventID returns a fresh event id of the envelope's kind (UUIDv7).

@@ -54,15 +54,16 @@ func TestContractCheckDecidesAsTheInbox(t *testing.T) {
 		"content type":         {Body: body, ContentType: "text/plain"},
 		"message id":           {Body: body, MessageId: uuid.NewString()},
 		"event_id given twice": {Body: []byte(twice), MessageId: uuid.NewString()},
+		"type":                 {Body: body, Type: contracts.EventOrderCancelled},
 	} {
 		reason := check(d)
-		got := ib.HandleDelivery(context.Background(), amqp.Delivery{Body: d.Body, MessageID: d.MessageId, ContentType: d.ContentType})
+		got := ib.HandleDelivery(context.Background(), amqp.Delivery{Body: d.Body, MessageID: d.MessageId, ContentType: d.ContentType, Type: d.Type})
 		if reason == nil || !errors.Is(got, amqp.ErrPermanent) {
 			t.Errorf("%s: check %v, inbox %v: want both to refuse", name, reason, got)
 		}
 	}
 	for name, d := range map[string]amqp091.Delivery{
-		"valid":                     {Body: body, MessageId: id.String(), ContentType: "application/json"},
+		"valid":                     {Body: body, MessageId: id.String(), ContentType: "application/json", Type: contracts.EventOrderPlaced},
 		"event_id twice, last kept": {Body: []byte(twice), MessageId: id.String()},
 	} {
 		if err := check(d); err != nil {

@@ -30,7 +30,8 @@ var ErrPermanent = amqp.ErrPermanent
 // wraps ErrPermanent, so the delivery is dead-lettered at once: a content_type that
 // is set and is not application/json, a body that does not decode or fails its
 // schema (which includes an event_id that is not a UUID v7), a message_id that is
-// set and differs from the envelope's event_id, an event with no registered
+// set and differs from the envelope's event_id, a type that is set and differs from
+// its event_name (CheckDelivery), an event with no registered
 // handler, or a payload that does not decode into its handlers' type, all without
 // any database write; an event_id processed before with another content (a
 // *ConflictError), without any effect; and a handler's error that wraps
@@ -45,19 +46,10 @@ var ErrPermanent = amqp.ErrPermanent
 // about it, and the error of a decoded event carries its event_id, event_name and
 // correlation_id as log attributes (logging.ErrorAttrs).
 func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
-	if err := checkProperties(d); err != nil {
-		i.consumer.metrics.invalid.Inc()
-		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, ErrPermanent, err)
-	}
-	env, err := i.validator.Decode(d.Body)
+	env, err := CheckDelivery(i.validator, d.ContentType, d.MessageID, d.Type, d.Body)
 	if err != nil {
 		i.consumer.metrics.invalid.Inc()
 		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, ErrPermanent, err)
-	}
-	if id, perr := uuid.Parse(d.MessageID); d.MessageID != "" && (perr != nil || id != env.EventID) {
-		i.consumer.metrics.invalid.Inc()
-		err := fmt.Errorf("message_id %q differs from the envelope's event_id %s", d.MessageID, env.EventID)
-		return fmt.Errorf("inbox %s: %w: %w", i.consumer.name, ErrPermanent, err)
 	}
 	dbCtx, cancel := context.WithTimeout(ctx, i.timeout)
 	duplicate, err := i.Process(dbCtx, env)
@@ -112,14 +104,30 @@ func (e *eventError) LogAttrs() []slog.Attr {
 	}
 }
 
-// checkProperties refuses a delivery whose AMQP content_type is set and is not
-// application/json (parameters such as charset allowed): its body is not an envelope.
-func checkProperties(d amqp.Delivery) error {
-	if d.ContentType == "" {
-		return nil
+// CheckDelivery decodes the body of a delivery with these AMQP properties as an
+// event envelope and checks the delivery as HandleDelivery does before any
+// database write: it returns an error naming the first of a content_type that is
+// set and is not application/json (parameters such as charset allowed), a body
+// that does not decode or fails its schema (v.Decode), a message_id that is set
+// and differs from the envelope's event_id, and a type that is set and differs
+// from its event_name (the relay sets both, so a copy that disagrees with its body
+// was not published by a relay as it is); else the envelope. The dlq tool runs the
+// same check (dlq.ContractCheck).
+func CheckDelivery(v *contracts.Validator, contentType, messageID, typ string, body []byte) (contracts.Envelope, error) {
+	if contentType != "" {
+		if media, _, err := mime.ParseMediaType(contentType); err != nil || media != "application/json" {
+			return contracts.Envelope{}, fmt.Errorf("content_type %q is not application/json", contentType)
+		}
 	}
-	if media, _, err := mime.ParseMediaType(d.ContentType); err != nil || media != "application/json" {
-		return fmt.Errorf("content_type %q is not application/json", d.ContentType)
+	env, err := v.Decode(body)
+	if err != nil {
+		return contracts.Envelope{}, err
 	}
-	return nil
+	if id, err := uuid.Parse(messageID); messageID != "" && (err != nil || id != env.EventID) {
+		return contracts.Envelope{}, fmt.Errorf("message_id %q differs from the envelope's event_id %s", messageID, env.EventID)
+	}
+	if typ != "" && typ != env.EventName {
+		return contracts.Envelope{}, fmt.Errorf("type %q differs from the envelope's event_name %s", typ, env.EventName)
+	}
+	return env, nil
 }

@@ -94,6 +94,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 		"content_type bad":            {Body: good, ContentType: ";;"},
 		"message_id of another event": {Body: good, MessageID: uuid.Must(uuid.NewV7()).String()},
 		"message_id not a UUID":       {Body: good, MessageID: "order-1"},
+		"type of another event":       {Body: good, Type: contracts.EventOrderCancelled},
 	} {
 		err := ib.HandleDelivery(ctx, d)
 		if !errors.Is(err, amqp.ErrPermanent) || !strings.Contains(err.Error(), strings.Fields(name)[0]) {
@@ -127,7 +128,7 @@ func TestHandleDeliveryClassifiesErrors(t *testing.T) {
 		t.Errorf("handler error: err = %v, want boom and not permanent", err)
 	}
 	for n, d := range []amqp.Delivery{
-		{Body: good, MessageID: goodEnv.EventID.String(), ContentType: "application/json"},
+		{Body: good, MessageID: goodEnv.EventID.String(), ContentType: "application/json", Type: contracts.EventOrderPlaced},
 		{Body: good, ContentType: "application/json; charset=utf-8", MessageID: strings.ToUpper(goodEnv.EventID.String())},
 	} {
 		if err := ib.HandleDelivery(ctx, d); err != nil {
