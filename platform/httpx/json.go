@@ -62,7 +62,8 @@ var timeMarshalers = json.WithMarshalers(json.MarshalToFunc(func(enc *jsontext.E
 // value. A JSON null is refused as a value of the wrong JSON type, but for a pointer or
 // interface destination (which it leaves nil). It returns nil or an *Error:
 //   - KindUnsupportedMediaType when Content-Type is not application/json (parameters
-//     allowed; a charset other than utf-8 is refused);
+//     allowed; a charset other than utf-8 is refused) or a Content-Encoding other than
+//     identity is set (bodies are read as sent, never decompressed);
 //   - KindBodyTooLarge when the body exceeds MaxBodyBytes;
 //   - KindInvalidRequest when the body is empty or malformed (detail gives the byte
 //     offset), or when a member is duplicated, unknown, null or of the wrong JSON type;
@@ -72,7 +73,7 @@ var timeMarshalers = json.WithMarshalers(json.MarshalToFunc(func(enc *jsontext.E
 //
 // w is used only to limit the body (http.MaxBytesReader); DecodeJSON writes nothing.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
-	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+	if err := checkJSONHeaders(r.Header); err != nil {
 		return err
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -84,7 +85,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 // DecodeEmptyJSON reads the body of an operation that takes no request values: no body,
 // a body of JSON white space, or the object {} is accepted; anything else is refused
 // as DecodeJSON refuses it (415 for a Content-Type that is not application/json in
-// UTF-8, 413 beyond MaxBodyBytes, 400 for malformed JSON, a value that is not an object,
+// UTF-8 or a Content-Encoding, 413 beyond MaxBodyBytes, 400 for malformed JSON, a value that is not an object,
 // or any member, which is unknown; Errors locates it).
 func DecodeEmptyJSON(w http.ResponseWriter, r *http.Request) error {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -100,7 +101,7 @@ func DecodeEmptyJSON(w http.ResponseWriter, r *http.Request) error {
 	case strings.TrimLeft(string(body), " \t\r\n") == "":
 		return nil
 	}
-	if err := checkJSONContentType(r.Header.Get("Content-Type")); err != nil {
+	if err := checkJSONHeaders(r.Header); err != nil {
 		return err
 	}
 	return decodeStrict(&countingReader{r: bytes.NewReader(body)}, &struct{}{})
@@ -181,7 +182,14 @@ func invalidBody(pointer, detail string) *Error {
 		Errors: []FieldError{{Pointer: pointer, Detail: detail}}}
 }
 
-func checkJSONContentType(ct string) error {
+// checkJSONHeaders refuses, as DecodeJSON says, a request body that is not
+// uncompressed application/json in UTF-8.
+func checkJSONHeaders(h http.Header) error {
+	if enc := h.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return &Error{Kind: KindUnsupportedMediaType, Detail: "Content-Encoding is not supported: send the body uncompressed",
+			Errors: []FieldError{{Header: "Content-Encoding", Detail: "must be absent or identity"}}}
+	}
+	ct := h.Get("Content-Type")
 	unsupported := &Error{Kind: KindUnsupportedMediaType, Detail: "Content-Type must be application/json",
 		Errors: []FieldError{{Header: "Content-Type", Detail: "must be application/json"}}}
 	if ct == "" {

@@ -169,6 +169,42 @@ func TestDecodeEmptyJSON(t *testing.T) {
 	}
 }
 
+// TestDecodeJSONRefusesAContentEncoding: a body is read as sent, so one that
+// says it is compressed is refused with 415 naming Content-Encoding, whether it
+// is or not; identity is no encoding.
+func TestDecodeJSONRefusesAContentEncoding(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newTestRouter(t)
+	r.Post("/items", httpx.NewErrors(nil).Handle(itemHandler))
+	r.Post("/act", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := httpx.DecodeEmptyJSON(w, r); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}))
+	for _, tt := range []struct {
+		path, body, encoding string
+		status               int
+	}{
+		{"/items", `{"name":"pen"}`, "gzip", 415},
+		{"/items", `{"name":"pen"}`, "identity", 201},
+		{"/act", `{}`, "gzip", 415},
+		{"/act", `{}`, "Identity", 204},
+	} {
+		rec := do(t, r, http.MethodPost, tt.path, strings.NewReader(tt.body), "Content-Type", "application/json", "Content-Encoding", tt.encoding)
+		if rec.Code != tt.status {
+			t.Errorf("%s with Content-Encoding %s: status = %d, want %d (body %s)", tt.path, tt.encoding, rec.Code, tt.status, rec.Body)
+			continue
+		}
+		if tt.status == 415 {
+			if p := decodeProblem(t, rec); len(p.Errors) != 1 || p.Errors[0].Header != "Content-Encoding" {
+				t.Errorf("%s: errors = %+v, want one naming Content-Encoding", tt.path, p.Errors)
+			}
+		}
+	}
+}
+
 func TestDecodeJSONLimitsBodyWithoutRouter(t *testing.T) {
 	t.Parallel()
 	body := `{"name":"` + strings.Repeat("a", httpx.MaxBodyBytes) + `"}`
