@@ -47,8 +47,8 @@ type Check struct {
 // "<method> <route pattern>" once the route is known), request ids (chi's RequestID,
 // echoed in the X-Request-Id response header and set on the span as the attribute
 // http.response.header.x-request-id), request metrics and one log line per request (with
-// the request id, trace_id and span_id), panic recovery answering a 500 problem, and a MaxBodyBytes limit on request
-// bodies. It serves:
+// the request id, trace_id and span_id), panic recovery answering a 500 problem, a MaxBodyBytes limit on request
+// bodies, and HEAD answered by a path's GET handler without its body (chi's GetHead). It serves:
 //   - GET /healthz: 200 {"status":"ok"} while the process runs;
 //   - GET /readyz: runs every check concurrently, each bounded by ReadyTimeout; 200
 //     {"status":"ready"} when all pass, else a 503 problem naming the failing checks
@@ -81,6 +81,7 @@ func NewRouter(logger *slog.Logger, reg *prometheus.Registry, checks ...Check) *
 		observe(logger, m),
 		recoverer(logger),
 		limitBody,
+		middleware.GetHead,
 	)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		writeProblem(w, req, KindNotFound, "no resource at this path", nil)
@@ -275,11 +276,13 @@ func allowedMethods(mux *chi.Mux, r *http.Request) string {
 	}
 	var allowed []string
 	for _, m := range []string{
-		http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodOptions,
+		http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions,
 	} {
 		if mux.Match(chi.NewRouteContext(), m, path) {
 			allowed = append(allowed, m)
+			if m == http.MethodGet {
+				allowed = append(allowed, http.MethodHead) // GetHead
+			}
 		}
 	}
 	return strings.Join(allowed, ", ")

@@ -169,6 +169,28 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	if allow := rec.Header().Get("Allow"); allow != "POST" {
 		t.Errorf("Allow = %q, want POST", allow)
 	}
+
+	// HEAD is answered where GET is, without a body, and listed beside it.
+	r.Get("/things", func(w http.ResponseWriter, _ *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	resp, err := srv.Client().Head(srv.URL + "/things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(b) != 0 || resp.Header.Get("Content-Type") != httpx.ContentTypeJSON {
+		t.Errorf("HEAD /things = %d, %q, %d bytes; want 200 with GET's headers and no body", resp.StatusCode, resp.Header.Get("Content-Type"), len(b))
+	}
+	if rec := do(t, r, http.MethodHead, "/items", nil); rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD /items (POST only) = %d, want 405", rec.Code)
+	}
+	if rec := do(t, r, http.MethodPut, "/things", nil); rec.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("Allow = %q, want GET, HEAD", rec.Header().Get("Allow"))
+	}
 }
 
 func TestRecovererAnswersProblem(t *testing.T) {
