@@ -313,6 +313,10 @@ func TestValidateRejects(t *testing.T) {
 		{name: "missing occurred_at", fn: func(m map[string]any) { delete(m, "occurred_at") }, field: "occurred_at", reason: "missing"},
 		{name: "empty producer", fn: func(m map[string]any) { m["producer"] = "" }, field: "producer"},
 		{name: "empty correlation_id", fn: func(m map[string]any) { m["correlation_id"] = "" }, field: "correlation_id"},
+		// It travels as the AMQP correlation_id, a short string of at most 255 bytes.
+		{name: "correlation_id of 256", fn: func(m map[string]any) { m["correlation_id"] = strings.Repeat("c", 256) }, field: "correlation_id"},
+		{name: "correlation_id not ASCII", fn: func(m map[string]any) { m["correlation_id"] = "café" }, field: "correlation_id", reason: "does not match pattern"},
+		{name: "correlation_id with NUL", fn: func(m map[string]any) { m["correlation_id"] = "a\x00b" }, field: "correlation_id", reason: "does not match pattern"},
 		{name: "schema_version 0", fn: func(m map[string]any) { m["schema_version"] = 0 }, field: "schema_version"},
 		{name: "schema_version string", fn: func(m map[string]any) { m["schema_version"] = "1" }, field: "schema_version"},
 		{name: "schema_version fraction", fn: func(m map[string]any) { m["schema_version"] = 1.5 }, field: "schema_version"},

@@ -14,7 +14,7 @@ import (
 // fastValid off when the embedded schemas differ, so a schema change can never be
 // checked by an outdated copy of its rules (TestFastCheckFollowsTheSchemas fails
 // then, as a reminder to update both).
-const fastSchemasSHA256 = "d2688d4fe72886fcdf5d721880c3d3707868e03dd753994291349f2ca0a6e7ed"
+const fastSchemasSHA256 = "afda39df47fb1003d51091a54066cbfd156ac7445e8538adfc036a37cd544c23"
 
 // schemaID matches a schema's "$id" line.
 var schemaID = regexp.MustCompile(`(?m)^[ \t]*"\$id":.*\n`)
@@ -72,7 +72,7 @@ func fastValid(doc any) bool {
 	if _, err := time.Parse(time.RFC3339Nano, at); err != nil { // format: date-time
 		return false
 	}
-	if !nonEmptyString(obj["producer"]) || !nonEmptyString(obj["correlation_id"]) || !isInt32Positive(obj["schema_version"]) {
+	if !nonEmptyString(obj["producer"]) || !isCorrelationID(obj["correlation_id"]) || !isInt32Positive(obj["schema_version"]) {
 		return false
 	}
 	payload, ok := obj["payload"].(map[string]any)
@@ -140,6 +140,21 @@ func isUUID(s string, v7 bool) bool {
 func nonEmptyString(v any) bool {
 	s, ok := v.(string)
 	return ok && s != ""
+}
+
+// isCorrelationID reports whether v is a correlation_id: 1 to 255 printable ASCII
+// characters (pattern ^[\x20-\x7e]+$, maxLength 255).
+func isCorrelationID(v any) bool {
+	s, ok := v.(string)
+	if !ok || len(s) < 1 || len(s) > 255 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // isInt32Positive reports whether v is a JSON number written as a whole number
