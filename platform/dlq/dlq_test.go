@@ -127,6 +127,17 @@ func (f *fixture) consume(t *testing.T, broken func() bool) {
 	})
 }
 
+// deadLetter starts a consumer that fails every event, publishes one that
+// occurred at occurred and waits until it is dead-lettered.
+func (f *fixture) deadLetter(t *testing.T, occurred time.Time) (uuid.UUID, amqp.Message) {
+	t.Helper()
+	f.consume(t, func() bool { return true })
+	id, m := event(occurred)
+	f.publish(t, m)
+	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+	return id, m
+}
+
 // event is an envelope-shaped body with a fresh event_id.
 func event(occurred time.Time) (uuid.UUID, amqp.Message) {
 	id := uuid.Must(uuid.NewV7())
@@ -289,10 +300,7 @@ func TestFindReadFixReplay(t *testing.T) {
 func TestReplayRefusesOlderThanTheHorizon(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.consume(t, func() bool { return true })
-	id, m := event(time.Now().Add(-200 * time.Hour))
-	f.publish(t, m)
-	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+	id, _ := f.deadLetter(t, time.Now().Add(-200*time.Hour))
 
 	out, err := f.run(t, "replay", "--all")
 	if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, VerdictExpired) {
@@ -320,10 +328,7 @@ func TestReplayRefusesOlderThanTheHorizon(t *testing.T) {
 func TestReplayRefusesAConflict(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.consume(t, func() bool { return true })
-	id, m := event(time.Now())
-	f.publish(t, m)
-	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+	id, m := f.deadLetter(t, time.Now())
 
 	other := sha256.Sum256([]byte("another content"))
 	if _, err := f.pool.Exec(t.Context(), `INSERT INTO processed_event (consumer, message_key, payload_sha256) VALUES ('tester', $1, $2)`,
@@ -415,10 +420,7 @@ func TestIdentify(t *testing.T) {
 func TestListOfNodesWithADeadFirst(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.consume(t, func() bool { return true })
-	id, m := event(time.Now())
-	f.publish(t, m)
-	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+	id, _ := f.deadLetter(t, time.Now())
 
 	live := f.cfg.AMQPURL
 	u, err := url.Parse(live)

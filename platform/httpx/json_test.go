@@ -124,16 +124,19 @@ func TestDecodeJSON(t *testing.T) {
 	}
 }
 
+// emptyHandler answers 204 to a body DecodeEmptyJSON takes.
+func emptyHandler(w http.ResponseWriter, r *http.Request) error {
+	if err := httpx.DecodeEmptyJSON(w, r); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 func TestDecodeEmptyJSON(t *testing.T) {
 	t.Parallel()
 	r, _, _ := newTestRouter(t)
-	r.Post("/act", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
-		if err := httpx.DecodeEmptyJSON(w, r); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}))
+	r.Post("/act", httpx.NewErrors(nil).Handle(emptyHandler))
 	for _, tt := range []struct {
 		name, contentType, body string
 		status                  int
@@ -176,13 +179,7 @@ func TestDecodeJSONRefusesAContentEncoding(t *testing.T) {
 	t.Parallel()
 	r, _, _ := newTestRouter(t)
 	r.Post("/items", httpx.NewErrors(nil).Handle(itemHandler))
-	r.Post("/act", httpx.NewErrors(nil).Handle(func(w http.ResponseWriter, r *http.Request) error {
-		if err := httpx.DecodeEmptyJSON(w, r); err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}))
+	r.Post("/act", httpx.NewErrors(nil).Handle(emptyHandler))
 	for _, tt := range []struct {
 		path, body, encoding string
 		status               int
