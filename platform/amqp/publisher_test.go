@@ -3,6 +3,7 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,37 @@ func TestUnroutableMessageIsKept(t *testing.T) {
 	d := getOne(t, rawChannel(t), topo.UnroutableQueue, 5*time.Second)
 	if d.MessageId != "m-1" || d.RoutingKey != "nobody.listens.v1" {
 		t.Fatalf("got %q with key %q", d.MessageId, d.RoutingKey)
+	}
+}
+
+// TestPublishBatchRefusesAnUnencodableMessage: a message with a short string
+// over 255 bytes is not sent (the library would fail the frame and close the
+// connection); the error names the field, the messages before it are
+// confirmed, and the same publisher goes on publishing on the same connection.
+func TestPublishBatchRefusesAnUnencodableMessage(t *testing.T) {
+	t.Parallel()
+	topo := testTopology(t)
+	logger, logs := testkit.Logger(t)
+	conn, err := DialOptions(t.Context(), amqpURL(t), topo, logger, Options{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	pub := NewPublisher(conn, topo.Exchange)
+	t.Cleanup(func() { _ = pub.Close() })
+
+	msgs := messages(3, "long")
+	msgs[1].CorrelationID = strings.Repeat("c", 256)
+	confirmed, err := pub.PublishBatch(t.Context(), msgs, 5*time.Second)
+	var pe *PublishError
+	if confirmed != 1 || !errors.As(err, &pe) || pe.Index != 1 || !strings.Contains(err.Error(), "correlation_id is 256 bytes") {
+		t.Fatalf("confirmed %d, err %v; want 1 and the correlation_id of message 1 named", confirmed, err)
+	}
+	if confirmed, err := pub.PublishBatch(t.Context(), messages(2, "after"), 5*time.Second); confirmed != 2 || err != nil {
+		t.Fatalf("after: confirmed %d, err %v", confirmed, err)
+	}
+	if n := len(connectedNodes(t, logs)); n != 1 || strings.Contains(logs.String(), "connection lost") {
+		t.Errorf("%d connects, want 1: the connection was lost\n%s", n, logs)
 	}
 }
 

@@ -103,7 +103,8 @@ func (p *Publisher) Stream(ctx context.Context, timeout time.Duration) *Stream {
 // acked and did not return; those messages are safely stored. When
 // confirmed < len(msgs), err is a *PublishError naming msgs[confirmed]: a
 // nack, a return, the timeout, a blocked connection (ErrBlocked), a closed
-// channel or connection or the end of ctx. Messages after the prefix may or
+// channel or connection, the end of ctx, or a message AMQP cannot carry (a
+// short string over 255 bytes: never sent, and the channel stays open). Messages after the prefix may or
 // may not have reached a queue, so callers publish them again (at least
 // once, never lost).
 //
@@ -329,6 +330,10 @@ func (s *Stream) send(ch *amqp091.Channel, gen int, quit chan struct{}, i int) {
 			stop(errPastDeadline)
 			return
 		}
+		if err := unencodable(e.key, e.msg); err != nil {
+			stop(err) // the broker is never asked, the channel stays open
+			return
+		}
 		dc, err := ch.PublishWithDeferredConfirm(s.p.exchange, e.key, true, false, e.msg)
 		if err != nil {
 			stop(err)
@@ -409,4 +414,29 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// maxShortstr is the most bytes an AMQP 0-9-1 short string holds.
+const maxShortstr = 255
+
+// unencodable returns an error that names the first short string of a
+// message that AMQP 0-9-1 cannot carry (over 255 bytes):
+// its routing key, message_id, correlation_id, type or a header's name; nil
+// when there is none. Such a message is never sent: the library would fail
+// the frame and close the connection, which looks like an outage, and every
+// retry would do the same.
+func unencodable(key string, m amqp091.Publishing) error {
+	for _, f := range []struct{ name, value string }{
+		{"routing key", key}, {"message_id", m.MessageId}, {"correlation_id", m.CorrelationId}, {"type", m.Type},
+	} {
+		if len(f.value) > maxShortstr {
+			return fmt.Errorf("cannot be sent: its %s is %d bytes, more than AMQP's %d", f.name, len(f.value), maxShortstr)
+		}
+	}
+	for name := range m.Headers {
+		if len(name) > maxShortstr {
+			return fmt.Errorf("cannot be sent: a header name is %d bytes, more than AMQP's %d", len(name), maxShortstr)
+		}
+	}
+	return nil
 }
