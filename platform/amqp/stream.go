@@ -104,9 +104,9 @@ func (p *Publisher) Stream(ctx context.Context, timeout time.Duration) *Stream {
 // confirmed < len(msgs), err is a *PublishError naming msgs[confirmed]: a
 // nack, a return, the timeout, a blocked connection (ErrBlocked), a closed
 // channel or connection, the end of ctx, or a message AMQP cannot carry (a
-// short string over 255 bytes: never sent, and the channel stays open). Messages after the prefix may or
-// may not have reached a queue, so callers publish them again (at least
-// once, never lost).
+// short string over 255 bytes: never sent, and the channel stays open).
+// Messages after the prefix may or may not have reached a queue, so callers
+// publish them again (at least once, never lost).
 //
 // When the broker closes the channel with 404 NOT_FOUND (the exchange was
 // deleted), the call declares the Connection's topology again (exchange,
@@ -420,9 +420,8 @@ func signal(ch chan struct{}) {
 const maxShortstr = 255
 
 // unencodable returns an error that names the first short string of a
-// message that AMQP 0-9-1 cannot carry (over 255 bytes):
-// its routing key, message_id, correlation_id, type or a header's name; nil
-// when there is none. Such a message is never sent: the library would fail
+// message that AMQP 0-9-1 cannot carry (over 255 bytes): its routing key,
+// message_id, correlation_id, type or a header's name; nil when there is none. Such a message is never sent: the library would fail
 // the frame and close the connection, which looks like an outage, and every
 // retry would do the same.
 func unencodable(key string, m amqp091.Publishing) error {

@@ -64,12 +64,10 @@ func (s *session) verdict(ctx context.Context, tx pgx.Tx, m *Message) (verdict, 
 	var env contracts.Envelope
 	decoded := json.Unmarshal(m.Delivery.Body, &env) == nil
 	switch {
-	case dup && decoded && len(stored) > 0:
-		if sum, err := inbox.ContentSum(env); err == nil && !bytes.Equal(sum, stored) {
+	case dup:
+		if sum, err := inbox.ContentSum(env); decoded && len(stored) > 0 && err == nil && !bytes.Equal(sum, stored) {
 			return VerdictConflict, "", nil
 		}
-		return VerdictDuplicate, "", nil
-	case dup:
 		return VerdictDuplicate, "", nil
 	case !m.OccurredAt.IsZero() && time.Since(m.OccurredAt) > s.cfg.Horizon:
 		return VerdictExpired, "", nil

@@ -85,8 +85,8 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 // DecodeEmptyJSON reads the body of an operation that takes no request values: no body,
 // a body of JSON white space, or the object {} is accepted; anything else is refused
 // as DecodeJSON refuses it (415 for a Content-Type that is not application/json in
-// UTF-8 or a Content-Encoding, 413 beyond MaxBodyBytes, 400 for malformed JSON, a value that is not an object,
-// or any member, which is unknown; Errors locates it).
+// UTF-8 or a Content-Encoding, 413 beyond MaxBodyBytes, 400 for malformed JSON, a
+// value that is not an object, or any member, which is unknown; Errors locates it).
 func DecodeEmptyJSON(w http.ResponseWriter, r *http.Request) error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
