@@ -421,9 +421,10 @@ const maxShortstr = 255
 
 // unencodable returns an error that names the first short string of a
 // message that AMQP 0-9-1 cannot carry (over 255 bytes): its routing key,
-// message_id, correlation_id, type or a header's name; nil when there is none. Such a message is never sent: the library would fail
-// the frame and close the connection, which looks like an outage, and every
-// retry would do the same.
+// message_id, correlation_id, type or a header's name; nil when there is
+// none. Such a message is never sent: the library would fail the frame and
+// close the connection, which looks like an outage, and every retry would do
+// the same.
 func unencodable(key string, m amqp091.Publishing) error {
 	for _, f := range []struct{ name, value string }{
 		{"routing key", key}, {"message_id", m.MessageId}, {"correlation_id", m.CorrelationId}, {"type", m.Type},
