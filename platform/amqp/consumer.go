@@ -559,7 +559,7 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 // (ErrUnavailable, or the retry publish failed): it then returns the cause
 // and leaves d unsettled, for the broker to requeue when the channel closes.
 func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailable error) {
-	attempt := attemptOf(d.Headers[c.cfg.AttemptHeader])
+	attempt := AttemptOf(d.Headers[c.cfg.AttemptHeader])
 	ctx, span := c.startProcess(ctx, d)
 	defer span.End()
 	c.metrics.inFlight.Inc()
@@ -707,8 +707,10 @@ func retryCopy(d *amqp091.Delivery, header string, attempt int) amqp091.Publishi
 	}
 }
 
-// attemptOf reads the attempt header; missing or invalid means 1.
-func attemptOf(v any) int {
+// AttemptOf reads the value v of an attempt header (ConsumerConfig.AttemptHeader)
+// as the Consumer counts it: a whole number from 1 to 2^30, as any AMQP integer
+// type or decimal text; missing or anything else means 1.
+func AttemptOf(v any) int {
 	var n int64
 	switch x := v.(type) {
 	case int8:

@@ -187,7 +187,7 @@ func TestConsumerRetriesThenDeadLetters(t *testing.T) {
 	publishAll(t, conn, topo.Exchange, []Message{msg})
 	d := getOne(t, rawChannel(t), topo.Queues[0].DeadLetterQueue, 10*time.Second)
 	if string(d.Body) != string(msg.Body) || d.MessageId != msg.MessageID ||
-		d.Headers["correlation_id"] != msg.Headers["correlation_id"] || attemptOf(d.Headers["x-attempt"]) != maxAttempts {
+		d.Headers["correlation_id"] != msg.Headers["correlation_id"] || AttemptOf(d.Headers["x-attempt"]) != maxAttempts {
 		t.Fatalf("dead-lettered message: %+v", d)
 	}
 	time.Sleep(200 * time.Millisecond) // nothing may come back
@@ -530,8 +530,8 @@ func TestAttemptOf(t *testing.T) {
 		in   any
 		want int
 	}{{nil, 1}, {int32(3), 3}, {int64(7), 7}, {"4", 4}, {int32(0), 1}, {int32(-2), 1}, {"x", 1}, {1.5, 1}} {
-		if got := attemptOf(tc.in); got != tc.want {
-			t.Errorf("attemptOf(%v) = %d, want %d", tc.in, got, tc.want)
+		if got := AttemptOf(tc.in); got != tc.want {
+			t.Errorf("AttemptOf(%v) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
 }

@@ -46,7 +46,7 @@ func TestConsumerDeadLettersACopyThatSaysWhy(t *testing.T) {
 	if got := d.Headers[HeaderLastError]; got != "reserve line 1: product 42 is unknown" {
 		t.Errorf("%s = %v", HeaderLastError, got)
 	}
-	if got := attemptOf(d.Headers[HeaderAttempt]); got != 2 {
+	if got := AttemptOf(d.Headers[HeaderAttempt]); got != 2 {
 		t.Errorf("%s = %v, want 2", HeaderAttempt, d.Headers[HeaderAttempt])
 	}
 	at, err := time.Parse(DeadLetterTimeFormat, fmt.Sprint(d.Headers[HeaderDeadLetteredAt]))

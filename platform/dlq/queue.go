@@ -33,7 +33,7 @@ func newMessage(d amqp091.Delivery) *Message {
 	} else if d.Headers["x-first-death-reason"] != nil {
 		m.Reason = fmt.Sprintf("rejected by the consumer (%v), no x-last-error", d.Headers["x-first-death-reason"])
 	}
-	m.Attempts = attempts(d.Headers[amqp.HeaderAttempt])
+	m.Attempts = amqp.AttemptOf(d.Headers[amqp.HeaderAttempt])
 	if s, ok := d.Headers[amqp.HeaderDeadLetteredAt].(string); ok {
 		m.DeadLetteredAt, _ = time.Parse(amqp.DeadLetterTimeFormat, s)
 	}
@@ -41,22 +41,6 @@ func newMessage(d amqp091.Delivery) *Message {
 		m.DeadLetteredAt = d.Timestamp
 	}
 	return m
-}
-
-func attempts(v any) int {
-	switch x := v.(type) {
-	case int32:
-		return int(x)
-	case int64:
-		return int(x)
-	case int16:
-		return int(x)
-	case int8:
-		return int(x)
-	case int:
-		return x
-	}
-	return 1
 }
 
 // copies are the messages one scan of the dead-letter queue saw.
