@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
@@ -21,6 +20,7 @@ import (
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/producerapp"
 	"example.com/shop/platform/testkit"
+	"example.com/shop/platform/testkit/servetest"
 )
 
 // stock is a second producer, mounted as a service's cmd would mount it.
@@ -113,21 +113,7 @@ func TestASecondProducerRelaysPurgesAndReplays(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- program(vars, io.Discard, logs)(ctx, "relay") }()
 
-	var d amqp091.Delivery
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		// A Get before the relay declared the queue closes the channel, and a channel
-		// opened at once on the same connection may take the closed one's id before the
-		// broker let it go, which closes the connection (504, second 'channel.open'):
-		// one connection per try.
-		var ok bool
-		d, ok, err = getOne(amqpURL, contracts.QueueOrder)
-		if ok {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("no message in %s (%v):\n%s", contracts.QueueOrder, err, logs)
-		}
-	}
+	d := servetest.Receive(t, amqpURL, contracts.QueueOrder)
 	if d.MessageId != env.EventID.String() {
 		t.Errorf("got message %s, want %s", d.MessageId, env.EventID)
 	}
@@ -183,19 +169,4 @@ func TestRelayTopologyDeclaresEveryConsumersQueue(t *testing.T) {
 	if got := producerapp.Topology(false).Queues; len(got) > 1 {
 		t.Errorf("without queues the topology declares %d queues, want the unroutable one at most", len(got))
 	}
-}
-
-// getOne takes one message off queue, on a connection of its own, with automatic
-// ack; ok is false when the queue is empty or does not exist (err says which).
-func getOne(amqpURL, queue string) (d amqp091.Delivery, ok bool, err error) {
-	conn, err := amqp091.Dial(amqpURL)
-	if err != nil {
-		return d, false, err
-	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		return d, false, err
-	}
-	return ch.Get(queue, true)
 }

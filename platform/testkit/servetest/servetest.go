@@ -1,6 +1,6 @@
 // Package servetest runs a binary's `serve` in-process for tests, through the
 // binary's run function, on a free local port against the real PostgreSQL and
-// RabbitMQ, and publishes events to it the way a relay does.
+// RabbitMQ, publishes events to it the way a relay does and takes what it sends.
 package servetest
 
 import (
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
@@ -146,6 +147,36 @@ func Publish(t testing.TB, amqpURL string, env contracts.Envelope) {
 	}}, 10*time.Second)
 	if err != nil {
 		t.Fatalf("publish %s: %v", env.EventName, err)
+	}
+}
+
+// Receive takes one message off queue on the broker at amqpURL, with automatic ack,
+// polling every 20 ms and failing t after 60 s (a hang guard). The queue may not exist
+// yet: each try has a connection of its own, because a get on a missing queue closes
+// the channel, and one on a quorum queue still starting closes the whole connection
+// (internal_error, noproc).
+func Receive(t testing.TB, amqpURL, queue string) amqp091.Delivery {
+	t.Helper()
+	get := func() (amqp091.Delivery, bool, error) {
+		conn, err := amqp091.Dial(amqpURL)
+		if err != nil {
+			return amqp091.Delivery{}, false, err
+		}
+		defer func() { _ = conn.Close() }()
+		ch, err := conn.Channel()
+		if err != nil {
+			return amqp091.Delivery{}, false, err
+		}
+		return ch.Get(queue, true)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, ok, err := get()
+		if ok {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message in %s within 60 s (last: %v)", queue, err)
+		}
 	}
 }
 

@@ -370,36 +370,17 @@ func TestRelayPublishesTheAnswers(t *testing.T) {
 	logs := &testkit.Logs{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"stock", "relay"}, env(relayVars), io.Discard, logs) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay logs:\n%s", logs.Tail(8<<10))
+		}
+	})
 
 	placed, p := servetest.Placed(t, "1.000")
 	servetest.Publish(t, amqpURL, placed)
 
-	conn, err := amqp091.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d amqp091.Delivery
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		var ok bool
-		// The relay declares order.events (bound to stock's answers) when it starts.
-		if d, ok, err = ch.Get(contracts.QueueOrder, true); err == nil && ok {
-			break
-		}
-		if err != nil { // the queue is not declared yet: the channel closed
-			if ch, err = conn.Channel(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer on %s within 60 s; relay logs:\n%s", contracts.QueueOrder, logs.Tail(8<<10))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// The relay declares order.events (bound to stock's answers) when it starts.
+	d := servetest.Receive(t, amqpURL, contracts.QueueOrder)
 	var answer struct {
 		EventID string                              `json:"event_id"`
 		Payload contracts.StockReservationConfirmed `json:"payload"`
