@@ -36,7 +36,7 @@ test: tools lint build
 	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 25m $(PKGS)
 
 ## drills: the fault drills (e2e/fault_test.go, build tag drills): every fault of docs/reliability.md
-## raised under load on a running system, each ending in the ledger check (about ten minutes)
+## raised under load on a running system, each ending in the ledger check (10 to 15 minutes)
 drills: tools build
 	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -tags drills -run '^TestFault' -timeout 40m ./e2e/
 
