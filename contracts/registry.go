@@ -1,6 +1,9 @@
 package contracts
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // The registry: every service that publishes ([Producers]) or consumes ([Consumers]) events,
 // and where each one runs by default ([Services]). It is the one list the rest of the
@@ -28,6 +31,10 @@ type Producer struct {
 	Name string
 	// Events are the event names it writes to its outbox and publishes.
 	Events []string
+	// RelayUser is the broker user its relay connects as in deploy/rabbitmq/definitions.json:
+	// the user_id its events carry, the only one consumers accept for them when
+	// RELAY_USERS names it (docs/architecture.md, rule 8).
+	RelayUser string
 }
 
 // Publishes reports whether the producer publishes eventName.
@@ -40,8 +47,10 @@ func (p Producer) Publishes(eventName string) bool {
 // orders.
 func Producers() []Producer {
 	return []Producer{
-		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
-		{Name: ProducerStock, Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
+		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected},
+			RelayUser: "order-relay"},
+		{Name: ProducerStock, Events: []string{EventStockReservationConfirmed, EventStockReservationRejected},
+			RelayUser: "stock-relay"},
 	}
 }
 
@@ -54,6 +63,17 @@ func ProducerOf(eventName string) (Producer, bool) {
 		}
 	}
 	return Producer{}, false
+}
+
+// RelayUsers returns RELAY_USERS as the registry names them, "producer=user,..." in
+// the order of Producers, e.g. "order=order-relay,stock=stock-relay": what a deployment
+// under the users of deploy/rabbitmq/definitions.json gives its consumers.
+func RelayUsers() string {
+	pairs := make([]string, 0, len(Producers()))
+	for _, p := range Producers() {
+		pairs = append(pairs, p.Name+"="+p.RelayUser)
+	}
+	return strings.Join(pairs, ",")
 }
 
 // Consumer describes one consuming service on the broker: the queue it reads, its dead-letter

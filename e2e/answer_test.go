@@ -204,7 +204,7 @@ func TestCancelCrossesTheAnswer(t *testing.T) {
 WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, id, contracts.EventOrderCancelled).Scan(&evID, &body); err != nil {
 			t.Fatalf("read the cancelled event: %v", err)
 		}
-		if err := system.Publish(ctx, s.amqpURL, contracts.Exchange, contracts.EventOrderCancelled, evID, []byte(body)); err != nil {
+		if err := system.Publish(ctx, s.asRelayOf(contracts.EventOrderCancelled), contracts.Exchange, contracts.EventOrderCancelled, evID, []byte(body)); err != nil {
 			t.Fatalf("publish the cancelled event: %v", err)
 		}
 		s.waitStockStatus(ctx, id, "cancelled")

@@ -70,7 +70,10 @@ type testSystem struct {
 	api     *system.Client
 	dbs     check.DBs
 	amqpURL string
-	crashMu *sync.Mutex // one crash and restart at a time (shared by the copies of shop.on)
+	// relayURLs are the broker URLs of the relay users, by producer: an event
+	// published as one of them is one its consumers accept (RELAY_USERS).
+	relayURLs map[string]string
+	crashMu   *sync.Mutex // one crash and restart at a time (shared by the copies of shop.on)
 }
 
 // options change how newShop starts the system.
@@ -148,7 +151,21 @@ func newShop(t *testing.T, opt options) *testSystem {
 	if err := sys.Start(ctx, settle); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	return &testSystem{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL, crashMu: new(sync.Mutex)}
+	relayURLs := map[string]string{}
+	for _, p := range contracts.Producers() {
+		relayURLs[p.Name] = brokerURLs[system.RelayName(p.Name)]
+	}
+	return &testSystem{t: t, sys: sys, api: sys.Client(), dbs: dbs, amqpURL: amqpURL, relayURLs: relayURLs, crashMu: new(sync.Mutex)}
+}
+
+// asRelayOf returns the broker URL of the relay user of the producer of
+// eventName, through which a test publishes an event its consumers accept.
+func (s *testSystem) asRelayOf(eventName string) string {
+	p, ok := contracts.ProducerOf(eventName)
+	if !ok {
+		s.t.Fatalf("no producer publishes %s", eventName)
+	}
+	return s.relayURLs[p.Name]
 }
 
 // stopAndReport stops the processes with stop, fails t for every data race

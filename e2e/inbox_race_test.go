@@ -65,7 +65,7 @@ func TestEightConsumersRaceOverTripledMessages(t *testing.T) {
 			for n := w; n < len(outbox); n += len(errs) {
 				m := outbox[n]
 				for range copies {
-					if err := system.Publish(ctx, s.amqpURL, contracts.Exchange, m.name, m.id, []byte(m.body)); err != nil {
+					if err := system.Publish(ctx, s.asRelayOf(m.name), contracts.Exchange, m.name, m.id, []byte(m.body)); err != nil {
 						errs[w] = err
 						return
 					}

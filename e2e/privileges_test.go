@@ -46,13 +46,16 @@ func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, broker
 	t.Helper()
 	testkit.ApplySQLFile(t, rolesSQL)
 	return map[string][]string{
-		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api"), "AMQP_URL=" + brokerURLs["order"]},
+		"order": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_api"), "AMQP_URL=" + brokerURLs["order"],
+			"RELAY_USERS=" + contracts.RelayUsers()},
 		"order-relay": {"ORDER_DATABASE_URL=" + testkit.URLAs(t, orderURL, "order_relay"),
 			"AMQP_URL=" + brokerURLs["order-relay"], "RELAY_DECLARE_QUEUES=false"},
-		"stock": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"]},
+		"stock": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_app"), "AMQP_URL=" + brokerURLs["stock"],
+			"RELAY_USERS=" + contracts.RelayUsers()},
 		"stock-relay": {"STOCK_DATABASE_URL=" + testkit.URLAs(t, stockURL, "stock_relay"),
 			"AMQP_URL=" + brokerURLs["stock-relay"], "RELAY_DECLARE_QUEUES=false"},
-		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"]},
+		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"],
+			"RELAY_USERS=" + contracts.RelayUsers()},
 	}
 }
 
@@ -149,7 +152,10 @@ func TestDatabaseRolesAreLimited(t *testing.T) {
 // TestBrokerUsersAreLimited gives the users of deploy/rabbitmq/definitions.json their
 // permissions on a fresh vhost: each declares its own part of the topology, but stock
 // cannot publish to app.events, a relay cannot publish another producer's events, and
-// order-relay cannot consume stock.events.
+// order-relay cannot consume stock.events. No user but the administrator may publish
+// through the default exchange, a consumer's copies exchange takes only its own
+// user's messages, and the broker refuses a user_id other than the connection's
+// user (docs/architecture.md, rule 8).
 func TestBrokerUsersAreLimited(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t)
@@ -164,8 +170,10 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 	}
 	for user, topo := range map[string]amqp.Topology{
 		"order-relay": amqp.EventTopology(), // RELAY_DECLARE_QUEUES=false
+		"stock-relay": amqp.EventTopology(),
 		"stock":       consumer(contracts.ConsumerStock),
 		"shipping":    consumer(contracts.ConsumerShipping),
+		"order":       consumer(contracts.ConsumerOrder),
 	} {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, err := amqp.Dial(dctx, urls[user], topo, nil)
@@ -227,4 +235,73 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 		_, err := ch.Consume(contracts.QueueShipping, "", false, false, false, false, nil)
 		return err
 	})
+	publish := func(exchange, key, userID string) func(ch *amqp091.Channel) error {
+		return func(ch *amqp091.Channel) error {
+			return ch.PublishWithContext(ctx, exchange, key, false, false, amqp091.Publishing{Body: []byte(`{}`), UserId: userID})
+		}
+	}
+	for _, user := range []string{"order", "stock", "shipping", "order-relay", "stock-relay"} {
+		refused(user, "publishing to order.events through the default exchange", publish("", contracts.QueueOrder, ""))
+	}
+	refused("stock", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
+	refused("stock-relay", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
+	refused("shipping", "publishing stock's answer", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, ""))
+
+	// What each needs, it may: a relay publishes its own events under its own
+	// user_id, a consumer its copies through its own exchange.
+	confirmed := func(user, what string, fn func(ch *amqp091.Channel) error) {
+		t.Helper()
+		conn, err := amqp091.Dial(urls[user])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.Confirm(false)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+		closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+		if err := fn(ch); err != nil {
+			t.Errorf("%s %s: %v", user, what, err)
+			return
+		}
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				t.Errorf("%s %s: nacked", user, what)
+			}
+		case e := <-closed:
+			t.Errorf("%s %s: channel closed: %v", user, what, e)
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s %s: no confirm", user, what)
+		}
+	}
+	confirmed("stock-relay", "publishing its answer as itself", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, "stock-relay"))
+	confirmed("order", "publishing a copy to its own queue", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
+
+	conn, err := amqp091.Dial(urls["order-relay"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	if err := publish(contracts.Exchange, contracts.EventOrderPlaced, "stock-relay")(ch); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp091.PreconditionFailed {
+			t.Errorf("order-relay publishing with user_id stock-relay: %v, want PRECONDITION_FAILED", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("order-relay published with user_id stock-relay and the broker kept the channel open")
+	}
 }

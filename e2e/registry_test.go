@@ -19,6 +19,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/amqp"
 )
 
 // The registry in contracts (Services, Producers, Consumers) is the one list of the
@@ -302,6 +303,16 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 		if !p[1].MatchString(c.DeadLetterQueue) {
 			t.Errorf("definitions.json: user %s may not write to %s", c.Name, c.DeadLetterQueue)
 		}
+		for _, other := range contracts.Consumers() {
+			if x := amqp.CopiesExchange(other.Queue); p[1].MatchString(x) != (other.Name == c.Name) {
+				t.Errorf("definitions.json: user %s may write to %s: %v, want %v", c.Name, x, !(other.Name == c.Name), other.Name == c.Name)
+			}
+		}
+	}
+	for name, p := range perms {
+		if p[1].MatchString("amq.default") {
+			t.Errorf("definitions.json: user %s may publish through the default exchange (amq.default), into any queue", name)
+		}
 	}
 	topic := map[string]*regexp.Regexp{} // user -> routing keys it may publish to the exchange
 	for _, u := range users {
@@ -315,6 +326,9 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 	}
 	for _, prod := range contracts.Producers() {
 		user := system.RelayName(prod.Name)
+		if user != prod.RelayUser {
+			t.Errorf("registry: producer %s has RelayUser %q; its relay runs as %s", prod.Name, prod.RelayUser, user)
+		}
 		if p := perms[user]; !p[1].MatchString(contracts.Exchange) {
 			t.Errorf("definitions.json: user %s may not write to %s", user, contracts.Exchange)
 		}

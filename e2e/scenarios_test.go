@@ -165,7 +165,7 @@ func TestDuplicateRepublish(t *testing.T) {
 	want := map[string]float64{}
 	for _, e := range events {
 		for range 2 {
-			if err := system.Publish(ctx, s.amqpURL, contracts.Exchange, e.name, e.id, []byte(e.body)); err != nil {
+			if err := system.Publish(ctx, s.asRelayOf(e.name), contracts.Exchange, e.name, e.id, []byte(e.body)); err != nil {
 				t.Fatalf("republish %s: %v", e.name, err)
 			}
 		}

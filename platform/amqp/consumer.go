@@ -59,6 +59,10 @@ type Delivery struct {
 	Redelivered bool
 	// ContentType is the AMQP content_type property ("" when unset).
 	ContentType string
+	// Origin is where the message entered the broker (OriginOf): the exchange
+	// it was published to and the user_id the broker verified, also for a
+	// retried copy.
+	Origin Origin
 }
 
 // HandlerFunc processes one delivery. nil acknowledges it; an error that
@@ -180,14 +184,16 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 //     (docs/architecture.md, rule 3).
 //   - an error wrapping ErrPermanent: dead-lettered at once: OnDeadLetter
 //     (if set) records it, a copy (body and properties intact, headers
-//     x-last-error, x-attempt and x-dead-lettered-at added) is published to
-//     DeadLetterQueue with a confirm, and only then the original is acked;
+//     x-last-error, x-attempt, x-dead-lettered-at and the origin added) is
+//     published to DeadLetterQueue with a confirm through the queue's
+//     CopiesExchange, and only then the original is acked;
 //     if recording or publishing fails the original is requeued after the
 //     first retry delay, so nothing is lost.
 //   - another error, attempt < MaxAttempts: a copy (same body, properties
-//     and headers, AttemptHeader = attempt+1, persistent) is published to the
-//     retry queue of level min(attempt, levels) through the default exchange
-//     on a confirm-mode channel; after the confirm the original is acked. If
+//     and headers, AttemptHeader = attempt+1, the origin added, persistent) is
+//     published to the retry queue of level min(attempt, levels) through the
+//     queue's CopiesExchange on a confirm-mode channel (a copy carries its
+//     origin in headers, OriginOf); after the confirm the original is acked. If
 //     that publish fails the original is requeued (nack), so nothing is lost.
 //     The retry queue's TTL sends the copy back to the queue.
 //   - another error at attempt >= MaxAttempts: dead-lettered, as for
@@ -277,7 +283,7 @@ func NewConsumer(conn *Connection, cfg ConsumerConfig, h HandlerFunc, logger *sl
 		metrics:  m,
 		tracer:   cfg.TracerProvider.Tracer(tracerName),
 		spanName: "process " + cfg.Queue,
-		retry:    NewPublisher(retryConn, ""),
+		retry:    NewPublisher(retryConn, CopiesExchange(cfg.Queue)),
 		notReady: errors.New("not subscribed yet"),
 	}, nil
 }
@@ -560,6 +566,7 @@ func (c *Consumer) work(ctx context.Context, stop <-chan struct{}, deliveries <-
 // and leaves d unsettled, for the broker to requeue when the channel closes.
 func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailable error) {
 	attempt := AttemptOf(d.Headers[c.cfg.AttemptHeader])
+	origin := OriginOf(c.cfg.Queue, d.Exchange, d.UserId, d.Headers)
 	ctx, span := c.startProcess(ctx, d)
 	defer span.End()
 	c.metrics.inFlight.Inc()
@@ -567,7 +574,7 @@ func (c *Consumer) process(ctx context.Context, d *amqp091.Delivery) (unavailabl
 	err := c.call(ctx, Delivery{
 		Body: d.Body, MessageID: d.MessageId, Type: d.Type, RoutingKey: d.RoutingKey,
 		CorrelationID: d.CorrelationId, Timestamp: d.Timestamp, Headers: d.Headers,
-		Attempt: attempt, Redelivered: d.Redelivered, ContentType: d.ContentType,
+		Attempt: attempt, Redelivered: d.Redelivered, ContentType: d.ContentType, Origin: origin,
 	})
 	c.metrics.duration.Observe(time.Since(start).Seconds())
 	c.metrics.inFlight.Dec()
@@ -647,10 +654,10 @@ func (c *Consumer) deliveryLogger(d *amqp091.Delivery, attempt int) *slog.Logger
 // and waits for the broker's confirm. When the broker returns it (the retry
 // queue is missing), it declares the topology again and tries once more.
 func (c *Consumer) publishRetry(ctx context.Context, queue string, d *amqp091.Delivery, attempt int) error {
-	return c.publishCopy(ctx, queue, retryCopy(d, c.cfg.AttemptHeader, attempt+1))
+	return c.publishCopy(ctx, queue, retryCopy(d, c.cfg.Queue, c.cfg.AttemptHeader, attempt+1))
 }
 
-// publishCopy publishes msg to queue through the default exchange and waits
+// publishCopy publishes msg to queue through the queue's CopiesExchange and waits
 // for the broker's confirm, declaring the topology again once when the
 // broker returns it (the queue is missing).
 func (c *Consumer) publishCopy(ctx context.Context, queue string, msg amqp091.Publishing) error {
@@ -682,13 +689,17 @@ func settle(ctx context.Context, log *slog.Logger, op string, err error) {
 	}
 }
 
-// retryCopy is d as a new persistent message with header = attempt.
-func retryCopy(d *amqp091.Delivery, header string, attempt int) amqp091.Publishing {
-	headers := make(amqp091.Table, len(d.Headers)+1)
+// retryCopy is d, consumed from queue, as a new persistent message with
+// header = attempt and d's origin in its headers (OriginOf). It has no user_id:
+// the broker would refuse another user's, and the origin travels in the
+// headers, which only the consuming service writes (CopiesExchange).
+func retryCopy(d *amqp091.Delivery, queue, header string, attempt int) amqp091.Publishing {
+	headers := make(amqp091.Table, len(d.Headers)+3)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
 	headers[header] = int32(attempt)
+	OriginOf(queue, d.Exchange, d.UserId, d.Headers).Stamp(headers)
 	return amqp091.Publishing{
 		Headers:         headers,
 		ContentType:     d.ContentType,
@@ -701,7 +712,6 @@ func retryCopy(d *amqp091.Delivery, header string, attempt int) amqp091.Publishi
 		MessageId:       d.MessageId,
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
-		UserId:          d.UserId,
 		AppId:           d.AppId,
 		Body:            d.Body,
 	}

@@ -54,6 +54,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 			Body: d.Body, MessageID: d.MessageId, Type: d.Type, RoutingKey: d.RoutingKey,
 			CorrelationID: d.CorrelationId, Timestamp: d.Timestamp, Headers: d.Headers,
 			Attempt: attempt, Redelivered: d.Redelivered, ContentType: d.ContentType,
+			Origin: OriginOf(c.cfg.Queue, d.Exchange, d.UserId, d.Headers),
 		},
 		Reason:   cut(cause.Error(), MaxLastErrorBytes),
 		Attempts: attempt,
@@ -75,7 +76,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d *amqp091.
 			return
 		}
 	}
-	msg := retryCopy(d, c.cfg.AttemptHeader, attempt)
+	msg := retryCopy(d, c.cfg.Queue, c.cfg.AttemptHeader, attempt)
 	msg.Headers[HeaderLastError] = dl.Reason
 	msg.Headers[HeaderDeadLetteredAt] = dl.At.Format(DeadLetterTimeFormat)
 	if err := c.publishCopy(ctx, c.cfg.DeadLetterQueue, msg); err != nil {

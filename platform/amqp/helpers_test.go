@@ -63,7 +63,7 @@ func deleteTopology(t testing.TB, topo Topology) {
 			return
 		}
 	}
-	for _, x := range []string{topo.Exchange, topo.AlternateExchange, topo.DeadLetterExchange} {
+	for _, x := range topo.ExchangeNames() {
 		if err := ch.ExchangeDelete(x, false, false); err != nil {
 			t.Errorf("cleanup delete exchange %s: %v", x, err)
 			return

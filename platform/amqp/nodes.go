@@ -28,6 +28,7 @@ type Nodes struct {
 
 	mu   sync.Mutex
 	last int // index of the node tried last; -1 before the first dial
+	user string
 }
 
 // ParseNodes parses raw, one AMQP URL or a comma-separated list of them
@@ -64,8 +65,12 @@ func ParseNodes(raw string) (*Nodes, error) {
 				where, config.MaskURL(e), uri.Vhost, uri.Username, first.Vhost, first.Username)
 		}
 	}
-	return &Nodes{urls: entries, last: -1}, nil
+	return &Nodes{urls: entries, last: -1, user: first.Username}, nil
 }
+
+// User returns the broker user every node is dialed as (guest when the URLs
+// name none).
+func (n *Nodes) User() string { return n.user }
 
 // Len returns the number of nodes, at least 1.
 func (n *Nodes) Len() int { return len(n.urls) }

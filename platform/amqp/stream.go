@@ -133,9 +133,12 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message, confirmTim
 
 // Send adds msgs to the Stream; they are sent after the messages added
 // before, without waiting. It does not block. Messages added after the
-// Stream failed or was closed are not sent.
+// Stream failed or was closed are not sent. Each carries the connection's
+// user as its user_id, which the broker checks (it refuses any other), so a
+// consumer can tell who published it (docs/architecture.md, rule 8).
 func (s *Stream) Send(msgs []Message) {
 	now := time.Now().UTC()
+	user := s.p.conn.nodes.User()
 	s.mu.Lock()
 	for i := range msgs {
 		m := &msgs[i]
@@ -151,6 +154,7 @@ func (s *Stream) Send(msgs []Message) {
 			CorrelationId: m.CorrelationID,
 			Timestamp:     ts,
 			Type:          m.Type,
+			UserId:        user,
 			Body:          m.Body,
 		}})
 	}

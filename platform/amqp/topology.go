@@ -57,12 +57,14 @@ type QueueSpec struct {
 }
 
 // RetryQueueName names the retry queue that holds messages of queue for
-// delay: "<queue>.retry.<delay>", e.g. "<queue>.retry.5s". Naming it
-// after its delay (its x-message-ttl) means a changed RETRY_DELAYS setting
-// declares new queues instead of failing on the old ones' arguments; an old
-// retry queue drains into its main queue and can then be deleted.
+// delay: "<queue>.wait.<delay>", e.g. "<queue>.wait.5s". Naming it after its
+// delay (its x-message-ttl) means a changed RETRY_DELAYS setting declares new
+// queues instead of failing on the old ones' arguments; an old retry queue
+// drains into its main queue and can then be deleted. (Releases before the
+// queue's CopiesExchange named them "<queue>.retry.<delay>" and sent them back
+// through the default exchange; see docs/operations.md, "Broker users".)
 func RetryQueueName(queue string, delay time.Duration) string {
-	return queue + ".retry." + delay.String()
+	return queue + ".wait." + delay.String()
 }
 
 // QueueNames lists every queue t declares: the unroutable queue, then for
@@ -74,6 +76,16 @@ func (t Topology) QueueNames() []string {
 		for _, d := range q.RetryDelays {
 			names = append(names, RetryQueueName(q.Name, d))
 		}
+	}
+	return names
+}
+
+// ExchangeNames lists every exchange t declares: Exchange, AlternateExchange,
+// DeadLetterExchange, then each consumer queue's CopiesExchange.
+func (t Topology) ExchangeNames() []string {
+	names := []string{t.Exchange, t.AlternateExchange, t.DeadLetterExchange}
+	for _, q := range t.Queues {
+		names = append(names, CopiesExchange(q.Name))
 	}
 	return names
 }
@@ -156,9 +168,12 @@ func (t Topology) Validate() error {
 // Every queue is a quorum queue, so that each keeps working while a node of
 // a cluster is away. Main queues dead-letter with the at-least-once strategy
 // (which requires x-overflow=reject-publish), so a message rejected to the
-// DLQ is never dropped on the way (docs/architecture.md, rule 3). Retry
-// queues have a per-queue x-message-ttl and dead-letter expired messages back
-// to their queue through the default exchange, at least once too.
+// DLQ is never dropped on the way (docs/architecture.md, rule 3). Each
+// consumer queue has its CopiesExchange, bound to the queue, its DLQ and its
+// retry queues by their names; retry queues have a per-queue x-message-ttl and
+// dead-letter expired messages back to their queue through it, at least once
+// too. Nothing uses the default exchange, so no user needs to write to it
+// (docs/architecture.md, rule 8).
 func (t Topology) Declare(ch *amqp091.Channel) error {
 	if err := t.Validate(); err != nil {
 		return err
@@ -202,16 +217,38 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 				return err
 			}
 		}
-		for _, d := range q.RetryDelays {
-			args := quorum()
-			args["x-message-ttl"] = d.Milliseconds()
-			args["x-dead-letter-exchange"] = ""
-			args["x-dead-letter-routing-key"] = q.Name
-			args["x-dead-letter-strategy"] = "at-least-once"
-			args["x-overflow"] = "reject-publish"
-			if err := declareQueue(ch, RetryQueueName(q.Name, d), args); err != nil {
-				return err
-			}
+		if err := declareCopies(ch, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// declareCopies declares q's CopiesExchange, binds q, its DLQ and its retry
+// queues to it by name, and declares the retry queues.
+func declareCopies(ch *amqp091.Channel, q QueueSpec) error {
+	copies := CopiesExchange(q.Name)
+	if err := ch.ExchangeDeclare(copies, amqp091.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", copies, err)
+	}
+	for _, name := range []string{q.Name, q.DeadLetterQueue} {
+		if err := bind(ch, name, name, copies); err != nil {
+			return err
+		}
+	}
+	for _, d := range q.RetryDelays {
+		name := RetryQueueName(q.Name, d)
+		args := quorum()
+		args["x-message-ttl"] = d.Milliseconds()
+		args["x-dead-letter-exchange"] = copies
+		args["x-dead-letter-routing-key"] = q.Name
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+		if err := declareQueue(ch, name, args); err != nil {
+			return err
+		}
+		if err := bind(ch, name, name, copies); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"time"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/dlq"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
@@ -80,6 +82,10 @@ const (
 //	AMQP_REDECLARE_INTERVAL how often serve declares its queue, bindings, retry and
 //	                        dead-letter queues again, repairing what was deleted (default 5s)
 //	<P>PREFETCH            deliveries the broker sends ahead (default 4 * <P>WORKERS)
+//	RELAY_USERS             the broker user of each producer's relay, "producer=user,...", e.g.
+//	                        "order=order-relay,stock=stock-relay": an event is accepted only
+//	                        with that user_id (docs/architecture.md rule 8); unset, any user
+//	                        (every event must still come through app.events)
 //
 // <P> is Service.EnvPrefix, e.g. "STOCK_". Counts are positive whole numbers, durations positive
 // Go durations ("90s").
@@ -97,6 +103,7 @@ type ServeConfig struct {
 	RetryDelays       []time.Duration
 	MinRetention      time.Duration
 	RedeclareInterval time.Duration
+	RelayUsers        map[string]string
 }
 
 // LoadServeConfig reads ServeConfig through env, in the order listed on
@@ -117,6 +124,7 @@ func (s Service) LoadServeConfig(env *config.Env) ServeConfig {
 		RedeclareInterval: env.PositiveDuration("AMQP_REDECLARE_INTERVAL", DefaultRedeclareInterval),
 	}
 	c.Prefetch = env.PositiveInt(s.EnvPrefix+"PREFETCH", 4*c.Workers)
+	c.RelayUsers = relayUsers(env)
 	return c
 }
 
@@ -142,17 +150,19 @@ func (c ServeConfig) LogValue() slog.Value {
 		slog.Int("max_attempts", c.MaxAttempts), slog.Any("retry_delays", c.RetryDelays),
 		slog.Duration("min_retention", c.MinRetention),
 		slog.Duration("redeclare_interval", c.RedeclareInterval),
+		slog.Any("relay_users", c.RelayUsers),
 	)
 }
 
 // ToolConfig is the configuration of the one-shot commands migrate, purge-inbox
-// and dlq: <P>DATABASE_URL, LOG_LEVEL, INBOX_MIN_RETENTION (purge-inbox and dlq)
-// and AMQP_URL (dlq only), with the defaults of ServeConfig.
+// and dlq: <P>DATABASE_URL, LOG_LEVEL, INBOX_MIN_RETENTION (purge-inbox and dlq),
+// AMQP_URL and RELAY_USERS (dlq only), with the defaults of ServeConfig.
 type ToolConfig struct {
 	DatabaseURL  string
 	AMQPURL      string
 	LogLevel     slog.Level
 	MinRetention time.Duration
+	RelayUsers   map[string]string
 }
 
 // LoadMigrateConfig reads what migrate needs through env.
@@ -171,7 +181,25 @@ func (s Service) LoadPurgeConfig(env *config.Env) ToolConfig {
 func (s Service) LoadDLQConfig(env *config.Env) ToolConfig {
 	c := s.LoadPurgeConfig(env)
 	c.AMQPURL = amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL)
+	c.RelayUsers = relayUsers(env)
 	return c
+}
+
+// relayUsers reads RELAY_USERS with inbox.ParseRelayUsers, recording an error on
+// env for a value it refuses; unset, it is nil (any user).
+func relayUsers(env *config.Env) map[string]string {
+	raw := env.String("RELAY_USERS", "")
+	users, err := inbox.ParseRelayUsers(raw)
+	if err != nil {
+		env.Errorf("RELAY_USERS", "%q: %v", raw, err)
+	}
+	return users
+}
+
+// Publishers is who may publish the events serve and dlq accept: through
+// app.events, by the relay users of c.RelayUsers (docs/architecture.md, rule 8).
+func Publishers(relayUsers map[string]string) inbox.Publishers {
+	return inbox.Publishers{Exchange: contracts.Exchange, Users: relayUsers}
 }
 
 // retryDelays reads key with amqp.ParseRetryDelays, recording an error on env for

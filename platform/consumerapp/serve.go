@@ -116,7 +116,8 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 		if err != nil {
 			return nil, err
 		}
-		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx))
+		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx),
+			inbox.WithPublishers(Publishers(cfg.RelayUsers)))
 		handlers(ib, logger)
 		ready := func() { srv.Ready(routes(pool, logger, reg, checks)) }
 		if s.ServesWithoutBroker {

@@ -36,7 +36,9 @@ func contractEvent(t *testing.T) (uuid.UUID, []byte) {
 // TestContractCheckDecidesAsTheInbox: for each delivery the consumer's inbox
 // dead-letters before any database write, ContractCheck gives a reason, and for a
 // valid one it gives none; the inbox here has no database, so it can only answer
-// for the first kind.
+// for the first kind. Among them: an event that did not come from its producer's
+// relay user through app.events, also as a copy that says so (docs/architecture.md,
+// rule 8).
 func TestContractCheckDecidesAsTheInbox(t *testing.T) {
 	t.Parallel()
 	v, err := contracts.NewValidator()
@@ -44,27 +46,42 @@ func TestContractCheckDecidesAsTheInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
-	check := ContractCheck(v, consumer)
-	ib := inbox.New(nil, consumer.Name, v, nil, nil)
+	pubs := inbox.Publishers{Exchange: contracts.Exchange, Users: map[string]string{
+		contracts.ProducerOrder: "order-relay", contracts.ProducerStock: "stock-relay"}}
+	check := ContractCheck(v, consumer, pubs)
+	ib := inbox.New(nil, consumer.Name, v, nil, nil, inbox.WithPublishers(pubs))
 	id, body := contractEvent(t)
 	twice := strings.Replace(string(body), `"event_id":`, `"event_id":"`+uuid.NewString()+`","event_id":`, 1)
+	const ex, relay = contracts.Exchange, "order-relay"
+	copies := amqp.CopiesExchange(consumer.Queue)
+	copyFrom := func(exchange, user string) amqp091.Table {
+		return amqp091.Table{amqp.HeaderOriginExchange: exchange, amqp.HeaderOriginUserID: user}
+	}
 	for name, d := range map[string]amqp091.Delivery{
-		"not JSON":             {Body: []byte(`{"event_id":`), MessageId: id.String()},
-		"schema":               {Body: []byte(strings.Replace(string(body), `"quantity":"1.000"`, `"quantity":"-1"`, 1))},
-		"content type":         {Body: body, ContentType: "text/plain"},
-		"message id":           {Body: body, MessageId: uuid.NewString()},
-		"event_id given twice": {Body: []byte(twice), MessageId: uuid.NewString()},
-		"type":                 {Body: body, Type: contracts.EventOrderCancelled},
+		"not JSON":             {Body: []byte(`{"event_id":`), MessageId: id.String(), Exchange: ex, UserId: relay},
+		"schema":               {Body: []byte(strings.Replace(string(body), `"quantity":"1.000"`, `"quantity":"-1"`, 1)), Exchange: ex, UserId: relay},
+		"content type":         {Body: body, ContentType: "text/plain", Exchange: ex, UserId: relay},
+		"message id":           {Body: body, MessageId: uuid.NewString(), Exchange: ex, UserId: relay},
+		"event_id given twice": {Body: []byte(twice), MessageId: uuid.NewString(), Exchange: ex, UserId: relay},
+		"type":                 {Body: body, Type: contracts.EventOrderCancelled, Exchange: ex, UserId: relay},
+		"default exchange":     {Body: body, UserId: relay},
+		"another user":         {Body: body, Exchange: ex, UserId: "stock-relay"},
+		"no user":              {Body: body, Exchange: ex},
+		"a copy's origin":      {Body: body, Exchange: copies, Headers: copyFrom("", relay)},
+		"origin headers, not a copy": {Body: body, Exchange: ex, UserId: "stock",
+			Headers: copyFrom(ex, relay)},
 	} {
 		reason := check(d)
-		got := ib.HandleDelivery(context.Background(), amqp.Delivery{Body: d.Body, MessageID: d.MessageId, ContentType: d.ContentType, Type: d.Type})
+		got := ib.HandleDelivery(context.Background(), amqp.Delivery{Body: d.Body, MessageID: d.MessageId, ContentType: d.ContentType,
+			Type: d.Type, Origin: amqp.OriginOf(consumer.Queue, d.Exchange, d.UserId, d.Headers)})
 		if reason == nil || !errors.Is(got, amqp.ErrPermanent) {
 			t.Errorf("%s: check %v, inbox %v: want both to refuse", name, reason, got)
 		}
 	}
 	for name, d := range map[string]amqp091.Delivery{
-		"valid":                     {Body: body, MessageId: id.String(), ContentType: "application/json", Type: contracts.EventOrderPlaced},
-		"event_id twice, last kept": {Body: []byte(twice), MessageId: id.String()},
+		"valid":                     {Body: body, MessageId: id.String(), ContentType: "application/json", Type: contracts.EventOrderPlaced, Exchange: ex, UserId: relay},
+		"event_id twice, last kept": {Body: []byte(twice), MessageId: id.String(), Exchange: ex, UserId: relay},
+		"a retried copy":            {Body: body, Exchange: copies, Headers: copyFrom(ex, relay)},
 	} {
 		if err := check(d); err != nil {
 			t.Errorf("%s: %v, want nil", name, err)
@@ -83,7 +100,8 @@ func TestReplayDryRunRunsTheConsumersCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	consumer, _ := contracts.ConsumerNamed(contracts.ConsumerStock)
-	f.cfg.Check = ContractCheck(v, consumer)
+	consumer.Queue = f.cfg.Queue
+	f.cfg.Check = ContractCheck(v, consumer, inbox.Publishers{Exchange: f.topo.Exchange})
 	f.consume(t, func() bool { return true })
 	good, goodBody := contractEvent(t)
 	bad, badBody := contractEvent(t)

@@ -88,7 +88,7 @@ func deleteTopology(t *testing.T, topo amqp.Topology) {
 	for _, q := range topo.QueueNames() {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
-	for _, x := range []string{topo.Exchange, topo.AlternateExchange, topo.DeadLetterExchange} {
+	for _, x := range topo.ExchangeNames() {
 		_ = ch.ExchangeDelete(x, false, false)
 	}
 }

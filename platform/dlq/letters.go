@@ -49,6 +49,7 @@ func (r record) message() *Message {
 	d := amqp091.Delivery{Body: r.body, Headers: tableOf(r.headers), DeliveryMode: amqp091.Persistent}
 	if r.props != nil {
 		d.MessageId, d.Type, d.ContentType, d.CorrelationId = r.props.MessageID, r.props.Type, r.props.ContentType, r.props.CorrelationID
+		d.Exchange, d.UserId = r.props.Exchange, r.props.UserID // the origin, as the consumer read it
 		if r.props.Timestamp != nil {
 			d.Timestamp = *r.props.Timestamp
 		}

@@ -95,7 +95,7 @@ func (s *session) scan(ctx context.Context, hold func(m *Message) bool) (*copies
 			c.held[m] = true
 			continue
 		}
-		if err := s.publish(ctx, s.cfg.DeadLetterQueue, copyOf(d, false)); err != nil {
+		if err := s.publish(ctx, s.cfg.DeadLetterQueue, copyOf(d, s.cfg.Queue, false)); err != nil {
 			return nil, err
 		}
 		if err := d.Ack(false); err != nil {
@@ -119,12 +119,13 @@ func (s *session) ack(c *copies, ms []*Message) error {
 	return nil
 }
 
-// publish sends msg to queue through the default exchange, mandatory, and waits for
-// the confirm (at most ConfirmTimeout).
+// publish sends msg to queue (the service's queue or its dead-letter queue)
+// through the queue's copies exchange (amqp.CopiesExchange), mandatory, and waits
+// for the confirm (at most ConfirmTimeout).
 func (s *session) publish(ctx context.Context, queue string, msg amqp091.Publishing) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
 	defer cancel()
-	dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+	dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, amqp.CopiesExchange(s.cfg.Queue), queue, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("dlq: publish %s to %s: %w", msg.MessageId, queue, err)
 	}
@@ -143,13 +144,16 @@ func (s *session) publish(ctx context.Context, queue string, msg amqp091.Publish
 	}
 }
 
-// copyOf is d as a new persistent message. For a replay the dead-letter headers are
+// copyOf is d, read from the dead-letter queue of queue or rebuilt from its record,
+// as a new persistent message with d's origin in its headers (amqp.OriginOf) and no
+// user_id, as the consumer's own copies. For a replay the dead-letter headers are
 // removed, which resets the attempt count to 1.
-func copyOf(d amqp091.Delivery, replay bool) amqp091.Publishing {
-	h := make(amqp091.Table, len(d.Headers))
+func copyOf(d amqp091.Delivery, queue string, replay bool) amqp091.Publishing {
+	h := make(amqp091.Table, len(d.Headers)+2)
 	for k, v := range d.Headers {
 		h[k] = v
 	}
+	amqp.OriginOf(queue, d.Exchange, d.UserId, d.Headers).Stamp(h)
 	if replay {
 		delete(h, amqp.HeaderAttempt)
 		delete(h, amqp.HeaderLastError)
@@ -159,6 +163,6 @@ func copyOf(d amqp091.Delivery, replay bool) amqp091.Publishing {
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp091.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
 		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-		UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+		AppId: d.AppId, Body: d.Body,
 	}
 }

@@ -22,7 +22,7 @@
 //	    resolved_at      timestamptz NULL,
 //	    resolution       text        NULL CHECK (resolution IN ('replayed', 'dropped')),
 //	    body             bytea       NULL, -- NULL in rows written before the columns existed
-//	    properties       jsonb       NULL, -- message_id, type, content_type, correlation_id, timestamp
+//	    properties       jsonb       NULL, -- message_id, type, content_type, correlation_id, timestamp, exchange, user_id
 //	    headers          jsonb       NULL,
 //	    routing_key      text        NULL
 //	);
@@ -123,7 +123,8 @@ func Record(ctx context.Context, db Execer, consumer string, dl amqp.DeadLetter)
 	if id.EventID != uuid.Nil {
 		eventID = &id.EventID
 	}
-	props := properties{MessageID: d.MessageID, Type: d.Type, ContentType: d.ContentType, CorrelationID: d.CorrelationID}
+	props := properties{MessageID: d.MessageID, Type: d.Type, ContentType: d.ContentType, CorrelationID: d.CorrelationID,
+		Exchange: d.Origin.Exchange, UserID: d.Origin.UserID}
 	if !d.Timestamp.IsZero() {
 		ts := d.Timestamp.UTC()
 		props.Timestamp = &ts
@@ -145,13 +146,16 @@ func Recorder(db Execer, consumer string) func(context.Context, amqp.DeadLetter)
 }
 
 // properties are the AMQP properties a dead_letter row keeps (column properties):
-// those the consumer reads.
+// those the consumer reads, and the message's origin (amqp.Origin: the exchange it
+// was published to and its user_id), which the consumer checks (ContractCheck).
 type properties struct {
 	MessageID     string     `json:"message_id,omitempty"`
 	Type          string     `json:"type,omitempty"`
 	ContentType   string     `json:"content_type,omitempty"`
 	CorrelationID string     `json:"correlation_id,omitempty"`
 	Timestamp     *time.Time `json:"timestamp,omitempty"`
+	Exchange      string     `json:"exchange,omitempty"`
+	UserID        string     `json:"user_id,omitempty"`
 }
 
 // headersJSON is h as a JSON object (column headers): strings, numbers, booleans,

@@ -213,7 +213,7 @@ func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *cop
 	if err != nil || !act {
 		return err
 	}
-	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, true)); err != nil {
+	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, s.cfg.Queue, true)); err != nil {
 		return err
 	}
 	if s.cfg.pause > 0 {
@@ -269,7 +269,7 @@ func (s *session) unrecorded(ctx context.Context, w io.Writer, key string, c *co
 	if err != nil || !act {
 		return err
 	}
-	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, true)); err != nil {
+	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, s.cfg.Queue, true)); err != nil {
 		return err
 	}
 	if err := s.ack(c, inQueue); err != nil {

@@ -31,7 +31,8 @@ var ErrPermanent = amqp.ErrPermanent
 // is set and is not application/json, a body that does not decode or fails its
 // schema (which includes an event_id that is not a UUID v7), a message_id that is
 // set and differs from the envelope's event_id, a type that is set and differs from
-// its event_name (CheckDelivery), an event with no registered
+// its event_name (CheckDelivery), a delivery not from its producer's relay
+// through app.events (WithPublishers), an event with no registered
 // handler, or a payload that does not decode into its handlers' type, all without
 // any database write; an event_id processed before with another content (a
 // *ConflictError), without any effect; and a handler's error that wraps
@@ -50,6 +51,12 @@ func (i *Inbox) HandleDelivery(ctx context.Context, d amqp.Delivery) error {
 	if err != nil {
 		i.consumer.metrics.invalid.Inc()
 		return fmt.Errorf("inbox %s: message %q: %w: %w", i.consumer.name, d.MessageID, ErrPermanent, err)
+	}
+	if i.publishers != nil {
+		if err := i.publishers.Check(env.EventName, d.Origin); err != nil {
+			i.consumer.metrics.unauthenticated.Inc()
+			return &eventError{env: env, err: permanent(err)}
+		}
 	}
 	dbCtx, cancel := context.WithTimeout(ctx, i.timeout)
 	duplicate, err := i.Process(dbCtx, env)

@@ -150,6 +150,8 @@ type Inbox struct {
 	tracer    trace.Tracer
 	spanName  string        // "inbox <consumer>"
 	timeout   time.Duration // bounds the database work of one delivery
+	// publishers, when set, is who may publish what (WithPublishers).
+	publishers *Publishers
 
 	mu     sync.RWMutex
 	routes map[string]*route
@@ -418,7 +420,9 @@ type metrics struct {
 	conflicts  prometheus.Counter
 	failed     prometheus.Counter
 	invalid    prometheus.Counter
-	duration   prometheus.Observer
+	// unauthenticated counts deliveries Publishers.Check refused.
+	unauthenticated prometheus.Counter
+	duration        prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger) *metrics {
@@ -436,7 +440,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger)
 	}, []string{"consumer"})
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_failures_total",
-		Help: `Messages not processed, per consumer and reason: "invalid" (no key, undecodable or unhandled, dead-lettered at once) or "error" (rolled back, retried).`,
+		Help: `Messages not processed, per consumer and reason: "invalid" (no key, undecodable or unhandled, dead-lettered at once), "unauthenticated" (not from its producer's relay through app.events, dead-lettered at once) or "error" (rolled back, retried).`,
 	}, []string{"consumer", "reason"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "inbox_handler_duration_seconds",
@@ -451,12 +455,13 @@ func newMetrics(reg prometheus.Registerer, consumer string, logger *slog.Logger)
 		duration = register(reg, duration, logger)
 	}
 	return &metrics{
-		processed:  processed.WithLabelValues(consumer),
-		duplicates: duplicates.WithLabelValues(consumer),
-		conflicts:  conflicts.WithLabelValues(consumer),
-		failed:     failures.WithLabelValues(consumer, "error"),
-		invalid:    failures.WithLabelValues(consumer, "invalid"),
-		duration:   duration.WithLabelValues(consumer),
+		processed:       processed.WithLabelValues(consumer),
+		duplicates:      duplicates.WithLabelValues(consumer),
+		conflicts:       conflicts.WithLabelValues(consumer),
+		failed:          failures.WithLabelValues(consumer, "error"),
+		invalid:         failures.WithLabelValues(consumer, "invalid"),
+		unauthenticated: failures.WithLabelValues(consumer, "unauthenticated"),
+		duration:        duration.WithLabelValues(consumer),
 	}
 }
 

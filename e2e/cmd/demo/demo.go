@@ -240,7 +240,7 @@ func (d *demo) processEnv() map[string][]string {
 			env[relay] = append(env[relay], "AMQP_URL="+u[relay], "RELAY_DECLARE_QUEUES=false")
 		}
 		for _, c := range contracts.Consumers() {
-			env[c.Name] = append(env[c.Name], "AMQP_URL="+u[c.Name])
+			env[c.Name] = append(env[c.Name], "AMQP_URL="+u[c.Name], "RELAY_USERS="+contracts.RelayUsers())
 		}
 	}
 	return env
@@ -715,11 +715,18 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, d.first.ID, co
 	if err != nil {
 		return err
 	}
-	if err := system.Publish(ctx, d.srv.amqpURL, contracts.Exchange, name, id, []byte(body)); err != nil {
+	// As order's relay would send it again: the consumers accept an event only
+	// from its producer's relay user (RELAY_USERS).
+	asRelay, who := d.srv.amqpURL, ""
+	if u := d.srv.userURLs; u != nil {
+		relay := system.RelayName(contracts.ProducerOrder)
+		asRelay, who = u[relay], " as "+relay
+	}
+	if err := system.Publish(ctx, asRelay, contracts.Exchange, name, id, []byte(body)); err != nil {
 		return err
 	}
 	d.dupsInjected++
-	d.ui.say("published event %s (%s of order %s) to %s again, by hand", short(id), name, short(d.first.ID), contracts.Exchange)
+	d.ui.say("published event %s (%s of order %s) to %s again%s, by hand", short(id), name, short(d.first.ID), contracts.Exchange, who)
 	var st1, sh1 float64
 	if err := waitFor(ctx, "duplicate counted", func() string {
 		st1, sh1, err = d.duplicates(ctx)

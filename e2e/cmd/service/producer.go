@@ -34,7 +34,7 @@ func (a *adder) producerEdits() {
 		return replaceOnce(s, "\t}\n\treturn false\n}", "\tcase "+event+":\n\t\treturn true\n\t}\n\treturn false\n}")
 	})
 	a.edit("contracts/registry.go", func(s string) (string, error) {
-		s, err := replaceOnce(s, "\t}\n}\n\n// ProducerOf", "\t\t{Name: Producer"+t+", Events: []string{"+event+"}},\n\t}\n}\n\n// ProducerOf")
+		s, err := replaceOnce(s, "\t}\n}\n\n// ProducerOf", "\t\t{Name: Producer"+t+", Events: []string{"+event+"},\n\t\t\tRelayUser: \""+n+"-relay\"},\n\t}\n}\n\n// ProducerOf")
 		if err != nil {
 			return "", err
 		}
@@ -46,6 +46,15 @@ func (a *adder) producerEdits() {
 		j += i
 		return s[:j] + ", " + event + s[j:], nil
 	})
+	// Its consumers accept its events only from its relay user (RELAY_USERS).
+	for _, file := range []string{"docker-compose.yml", "deploy/k8s/config.yaml"} {
+		a.edit(file, func(s string) (string, error) {
+			if !strings.Contains(s, "RELAY_USERS: ") {
+				return "", fmt.Errorf("no RELAY_USERS")
+			}
+			return regexp.MustCompile(`(RELAY_USERS: \S+)`).ReplaceAllString(s, "${1},"+n+"="+n+"-relay"), nil
+		})
+	}
 	a.edit("contracts/schemas/envelope.json", func(s string) (string, error) {
 		i := strings.Index(s, `"enum": [`)
 		j := strings.Index(s[max(i, 0):], "\n      ]")

@@ -24,10 +24,16 @@ func Dial(amqpURL string) (*amqp091.Connection, error) {
 
 // Publish sends one message to exchange with routing key key the way the
 // relay does (persistent, mandatory, content type application/json,
-// message_id and type set), waits for the broker's confirm (up to 10 s) and
-// returns an error when it is nacked, returned as unroutable, or not
-// confirmed. It opens and closes its own connection to amqpURL.
+// message_id and type set, user_id the user of amqpURL), waits for the
+// broker's confirm (up to 10 s) and returns an error when it is nacked,
+// returned as unroutable, or not confirmed. It opens and closes its own
+// connection to amqpURL. A consumer given RELAY_USERS accepts the message only
+// when amqpURL is the URL of the relay user of the event's producer.
 func Publish(ctx context.Context, amqpURL, exchange, key, messageID string, body []byte) error {
+	uri, err := amqp091.ParseURI(amqpURL)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", messageID, err)
+	}
 	conn, err := Dial(amqpURL)
 	if err != nil {
 		return fmt.Errorf("publish %s: dial: %w", messageID, err)
@@ -50,6 +56,7 @@ func Publish(ctx context.Context, amqpURL, exchange, key, messageID string, body
 		MessageId:    messageID,
 		Type:         key,
 		Timestamp:    time.Now().UTC(),
+		UserId:       uri.Username,
 		Body:         body,
 	})
 	if err != nil {
