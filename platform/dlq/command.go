@@ -168,7 +168,7 @@ func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) erro
 		Summary: "put dead letters back in the service's queue from their record, x-attempt reset",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
-			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again")
+			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again, and a dropped ID (undropped first, in the same transaction)")
 			fs.BoolVar(&all, "all", false, "every message")
 		},
 		Env: cfg.Env,
