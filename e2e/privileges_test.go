@@ -122,6 +122,11 @@ func TestDatabaseRolesAreLimited(t *testing.T) {
 	denied(as("stock", "stock_app"), `UPDATE dead_letter SET resolution = 'dropped'`)
 	allowed(as("stock", "stock_maintenance"), `UPDATE dead_letter SET resolved_at = now(), resolution = 'dropped' WHERE false`)
 	denied(as("stock", "stock_maintenance"), `DELETE FROM reservation`)
+	allowed(as("stock", "stock_maintenance"), `INSERT INTO processed_event (consumer, message_key, payload_sha256, outcome)
+		SELECT 'stock', 'k', NULL, 'dropped' WHERE false`) // dlq drop
+	denied(as("stock", "stock_maintenance"), `UPDATE processed_event SET outcome = NULL WHERE false`)
+	allowed(as("order", "order_maintenance"), `SELECT status, version FROM orders WHERE false`) // is an answer stale
+	denied(as("order", "order_maintenance"), `SELECT customer_id FROM orders WHERE false`)
 
 	for _, db := range []string{"order", "stock", "shipping"} {
 		auditor := as(db, "auditor")

@@ -23,6 +23,7 @@ CREATE TABLE processed_event (
     payload_sha256 bytea       CHECK (octet_length(payload_sha256) = 32),
     result         jsonb,
     processed_at   timestamptz NOT NULL DEFAULT now(),
+    outcome        text        CHECK (outcome = 'dropped'),
     PRIMARY KEY (consumer, message_key)
 );
 CREATE TABLE wallet (user_id text PRIMARY KEY, cashback numeric(12,2) NOT NULL DEFAULT 0);`

@@ -113,7 +113,7 @@ func (s Service) purgeInbox(ctx context.Context, getenv func(string) string, old
 	return nil
 }
 
-// DLQCommand is `<name> dlq list|show|replay|drop ...` (package dlq) on the
+// DLQCommand is `<name> dlq list|show|replay|drop|undrop ...` (package dlq) on the
 // service's dead-letter queue, with INBOX_MIN_RETENTION as the horizon past which
 // replay refuses a message, and the consumer's own check of a delivery
 // (dlq.ContractCheck): replay, --dry-run included, refuses a message the consumer
@@ -123,7 +123,7 @@ func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer
 	c := s.contract()
 	return cli.Command{
 		Name:    "dlq",
-		Args:    "list|show|replay|drop ...",
+		Args:    "list|show|replay|drop|undrop ...",
 		Summary: "read, replay or drop the messages of " + c.DeadLetterQueue,
 		Help:    "subcommands: " + dlq.Usage,
 		Env:     func(env *config.Env) { s.LoadDLQConfig(env) },

@@ -63,7 +63,7 @@ type Config struct {
 }
 
 // Usage is the command line of the dlq subcommands.
-const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force] (--all | ID...) | dlq drop ID...`
+const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force] (--all | ID...) | dlq drop ID... | dlq undrop [--dry-run] ID...`
 
 // Run runs one dlq subcommand, args being what follows "dlq" (flags before ids):
 //
@@ -73,7 +73,8 @@ const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force
 //	                                          an array of Entry)
 //	show ID                                   one dead letter whole: properties, headers, body
 //	replay [--dry-run] [--force] (--all|ID...) put messages back in the queue, x-attempt reset
-//	drop ID...                                close dead letters without replaying them
+//	drop ID...                                close dead letters without replaying them, for good
+//	undrop [--dry-run] ID...                  reopen dropped dead letters
 //
 // An ID is a message key (the event_id of an event). The dead_letter record is the
 // source of truth (docs/operations.md, "Dead letters"): replay publishes the message
@@ -88,6 +89,13 @@ const Usage = `dlq list [--json] | dlq show ID | dlq replay [--dry-run] [--force
 // run that finds an ID taken by another (or already resolved) says so and counts it
 // as done. Every other message of the dead-letter queue is read once and put back at
 // its tail by a confirmed publish before its ack.
+//
+// A drop is final: in the transaction that closes the dead letter, it writes the
+// event's processed_event key with outcome 'dropped', so that the consumer skips any
+// later copy (the producer's replay-outbox, a redelivery, a replay) as a duplicate.
+// undrop is the one way back: in one transaction it deletes that key (never a key the
+// consumer processed itself, which it refuses) and reopens the dead letter. replay of
+// a dropped ID refuses it, and with --force undrops and replays it in one transaction.
 //
 // It returns an error for bad arguments, an ID that is neither recorded nor in the
 // queue, a refused replay, and a database or broker failure; a command line that
@@ -129,10 +137,10 @@ func Run(ctx context.Context, cfg Config, args []string, stdout, stderr io.Write
 	return err
 }
 
-// subcommands are Run's list, show, replay and drop, each run on a session by do
+// subcommands are Run's list, show, replay, drop and undrop, each run on a session by do
 // and printing to stdout.
 func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) error) error) []cli.Command {
-	var asJSON, dryRun, force, all bool
+	var asJSON, dryRun, force, all, undryRun bool
 	return []cli.Command{{
 		Name:    "list",
 		Summary: "every open dead letter: event_id, event name, attempts, age, queue copy and reason",
@@ -160,7 +168,7 @@ func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) erro
 		Summary: "put dead letters back in the service's queue from their record, x-attempt reset",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
-			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again")
+			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again, and a dropped ID (undropped first, in the same transaction)")
 			fs.BoolVar(&all, "all", false, "every message")
 		},
 		Env: cfg.Env,
@@ -173,13 +181,27 @@ func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) erro
 	}, {
 		Name:    "drop",
 		Args:    "ID...",
-		Summary: "close dead letters without replaying them, logging each",
+		Summary: "close dead letters without replaying them, for good: a later copy is skipped as a duplicate",
 		Env:     cfg.Env,
 		Run: func(ctx context.Context, ids []string) error {
 			if len(ids) == 0 {
 				return cli.Usagef("drop", "drop takes one or more IDs")
 			}
 			return do(func(s *session) error { return s.drop(ctx, stdout, ids) })
+		},
+	}, {
+		Name:    "undrop",
+		Args:    "ID...",
+		Summary: "reopen dropped dead letters: delete the dropped inbox key, the dead letter open again",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&undryRun, "dry-run", false, "say what would happen, change nothing")
+		},
+		Env: cfg.Env,
+		Run: func(ctx context.Context, ids []string) error {
+			if len(ids) == 0 {
+				return cli.Usagef("undrop", "undrop takes one or more IDs")
+			}
+			return do(func(s *session) error { return s.undrop(ctx, stdout, ids, undryRun) })
 		},
 	}}
 }

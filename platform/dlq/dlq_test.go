@@ -98,11 +98,7 @@ func deleteTopology(t *testing.T, topo amqp.Topology) {
 // at attempt 2.
 func (f *fixture) consume(t *testing.T, broken func() bool) {
 	t.Helper()
-	q := f.topo.Queues[0]
-	c, err := amqp.NewConsumer(f.conn, amqp.ConsumerConfig{
-		Queue: q.Name, Name: "tester", RetryDelays: q.RetryDelays, MaxAttempts: 2,
-		DeadLetterQueue: q.DeadLetterQueue, OnDeadLetter: Recorder(f.pool, "tester"),
-	}, func(ctx context.Context, d amqp.Delivery) error {
+	f.consumeWith(t, func(ctx context.Context, d amqp.Delivery) error {
 		if broken() {
 			return errors.New("reserve line 1: product is unknown")
 		}
@@ -112,7 +108,18 @@ func (f *fixture) consume(t *testing.T, broken func() bool) {
 			f.inbox.Store(id.Key, d.Attempt)
 		}
 		return err
-	}, nil, nil)
+	})
+}
+
+// consumeWith runs handle on the fixture's queue, recording dead letters with Record:
+// a failed event is retried once, then dead-lettered at attempt 2.
+func (f *fixture) consumeWith(t *testing.T, handle func(ctx context.Context, d amqp.Delivery) error) {
+	t.Helper()
+	q := f.topo.Queues[0]
+	c, err := amqp.NewConsumer(f.conn, amqp.ConsumerConfig{
+		Queue: q.Name, Name: "tester", RetryDelays: q.RetryDelays, MaxAttempts: 2,
+		DeadLetterQueue: q.DeadLetterQueue, OnDeadLetter: Recorder(f.pool, "tester"),
+	}, handle, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,17 @@
 // Package dlq handles a consuming service's dead letters: it records each one in the
 // service's dead_letter table as the consumer dead-letters it, the message included,
-// exports how many are open, and runs the `dlq list|show|replay|drop` subcommands
-// that let an operator read why a message failed and put it back in its queue
-// (docs/architecture.md, step 5 of the flow; docs/operations.md, "Dead letters").
+// exports how many are open, and runs the `dlq list|show|replay|drop|undrop`
+// subcommands that let an operator read why a message failed and put it back in its
+// queue, or drop it for good (docs/architecture.md, step 5 of the flow;
+// docs/operations.md, "Dead letters").
 //
 // The record, not the dead-letter queue, is the source of truth: a row is written
 // and committed before the copy is published, it keeps the body, properties and
 // headers the consumer reads, and replay and drop work from it whether or not the
-// queue still holds the copy. The table is this package's migrations (Migrations),
+// queue still holds the copy. A drop is final: it writes the event's processed_event
+// key with outcome 'dropped' in the transaction that closes the rows, so the consumer
+// skips any later copy; undrop deletes that key and reopens the rows (resolution and
+// resolved_at back to NULL). The table is this package's migrations (Migrations),
 // applied by each consuming service's migrate:
 //
 //	CREATE TABLE dead_letter (
@@ -20,7 +24,7 @@
 //	    attempts         integer     NOT NULL,
 //	    dead_lettered_at timestamptz NOT NULL DEFAULT now(),
 //	    resolved_at      timestamptz NULL,
-//	    resolution       text        NULL CHECK (resolution IN ('replayed', 'dropped')),
+//	    resolution       text        NULL CHECK (resolution IN ('replayed', 'dropped')), -- NULL: open
 //	    body             bytea       NULL, -- NULL in rows written before the columns existed
 //	    properties       jsonb       NULL, -- message_id, type, content_type, correlation_id, timestamp, exchange, user_id
 //	    headers          jsonb       NULL,

@@ -160,7 +160,7 @@ func (s *session) replay(ctx context.Context, stdout io.Writer, ids []string, dr
 	}
 	var t tally
 	for _, key := range keys {
-		if err := s.replayOne(ctx, stdout, key, c, dryRun, force, &t); err != nil {
+		if err := s.replayOne(ctx, stdout, key, c, dryRun, force, len(ids) > 0, &t); err != nil {
 			return err
 		}
 	}
@@ -181,9 +181,10 @@ func (s *session) replay(ctx context.Context, stdout io.Writer, ids []string, dr
 
 // replayOne settles key: its open records are locked, the message they keep (else
 // its queue copy) is published to the queue with a confirm, the records resolved and
-// committed, then its copies removed from the dead-letter queue.
-func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *copies, dryRun, force bool, t *tally) error {
-	inQueue := c.byKey[key]
+// committed, then its copies removed from the dead-letter queue. A key named on the
+// command line whose dead letter was dropped is refused, or undropped and replayed
+// in one transaction with force (replayDropped).
+func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *copies, dryRun, force, named bool, t *tally) error {
 	tx, recs, waited, err := s.lock(ctx, key)
 	if errors.Is(err, errTaken) {
 		t.taken++
@@ -194,9 +195,16 @@ func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *cop
 		return err
 	}
 	if tx == nil {
-		return s.unrecorded(ctx, w, key, c, waited, dryRun, force, t)
+		return s.unrecorded(ctx, w, key, c, waited, dryRun, force, named, t)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	return s.replayLocked(ctx, w, key, c, tx, recs, dryRun, force, t)
+}
+
+// replayLocked is replayOne of key's open records recs, locked by tx: it commits tx
+// when it replays, and leaves it to the caller to roll back otherwise.
+func (s *session) replayLocked(ctx context.Context, w io.Writer, key string, c *copies, tx pgx.Tx, recs []record, dryRun, force bool, t *tally) error {
+	inQueue := c.byKey[key]
 	m := recordedMessage(recs)
 	fromRecord := m != nil
 	if m == nil && len(inQueue) > 0 {
@@ -230,13 +238,16 @@ func (s *session) replayOne(ctx context.Context, w io.Writer, key string, c *cop
 }
 
 // unrecorded settles a key without an open record: one resolved meanwhile by another
-// run (waited) or before, whose copies in the queue are stale and removed; or a copy
-// that never had a record, replayed from the copy.
-func (s *session) unrecorded(ctx context.Context, w io.Writer, key string, c *copies, waited, dryRun, force bool, t *tally) error {
+// run (waited) or before, whose copies in the queue are stale and removed; one dropped
+// and named (replayDropped); or a copy that never had a record, replayed from the copy.
+func (s *session) unrecorded(ctx context.Context, w io.Writer, key string, c *copies, waited, dryRun, force, named bool, t *tally) error {
 	inQueue := c.byKey[key]
 	rec, ok, err := s.latestRecord(ctx, key)
 	if err != nil {
 		return err
+	}
+	if ok && named && !waited && dropped(rec) {
+		return s.replayDropped(ctx, w, key, c, dryRun, force, t)
 	}
 	if ok {
 		verb, note := "resolved", resolvedNote(rec)
@@ -375,10 +386,14 @@ func (s *session) dropOne(ctx context.Context, w io.Writer, key string, c *copie
 		return err
 	}
 	var m Message
+	keyNote := "no open record: no inbox key written"
 	switch {
 	case tx != nil:
 		defer func() { _ = tx.Rollback(ctx) }()
 		m = Message{Identity: recs[0].identity(), Reason: recs[0].reason, Attempts: recs[0].attempts}
+		if keyNote, err = s.dropKey(ctx, tx, recs, inQueue); err != nil {
+			return err
+		}
 		if err := s.resolve(ctx, tx, recs, "dropped"); err != nil {
 			return err
 		}
@@ -407,6 +422,6 @@ func (s *session) dropOne(ctx context.Context, w io.Writer, key string, c *copie
 	t.done++
 	s.cfg.Logger.Warn("dead letter dropped", slog.String("message_key", key),
 		slog.String("event_name", m.EventName), slog.Int("attempts", m.Attempts), slog.String("reason", m.Reason))
-	s.line(w, "dropped", key, m.EventName, fmt.Sprintf("%d copies removed from %s", len(inQueue), s.cfg.DeadLetterQueue))
+	s.line(w, "dropped", key, m.EventName, fmt.Sprintf("%d copies removed from %s; %s", len(inQueue), s.cfg.DeadLetterQueue, keyNote))
 	return nil
 }

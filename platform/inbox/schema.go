@@ -13,7 +13,7 @@ var migrations embed.FS
 // Roles names a service's database roles for the inbox's grants.
 type Roles struct {
 	App         string // handles messages: SELECT, INSERT and UPDATE (result) on processed_event
-	Maintenance string // runs purge-inbox: SELECT and DELETE on processed_event
+	Maintenance string // runs purge-inbox and dlq: SELECT, DELETE and INSERT (consumer, message_key, payload_sha256, outcome) on processed_event
 }
 
 // Migrations returns the processed_event table as a migration set of its own

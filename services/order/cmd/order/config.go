@@ -32,6 +32,7 @@ var service = consumerapp.Service{
 	InboxGroup:          1,
 	Schema:              migrations.Schema,
 	ServesWithoutBroker: true,
+	Stale:               events.Stale,
 }
 
 // producer mounts the outbox's commands, relay, purge-outbox and replay-outbox,

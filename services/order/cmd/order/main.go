@@ -6,7 +6,8 @@
 //	order relay                            publish the outbox to RabbitMQ (metrics on HTTP_ADDR, default :8084)
 //	order migrate                          create the database if missing and apply the embedded migrations
 //	order purge-inbox --older-than 720h    delete the answers' processed_event keys older than the horizon
-//	order dlq list|show|replay|drop        read, replay or drop the dead-letter queue
+//	order dlq list|show|replay|drop|undrop
+//	                                       read, replay, drop or undrop dead letters
 //	order purge-outbox --older-than 168h   delete outbox rows published, and Idempotency-Keys used, longer ago than the horizon
 //	order replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]
 //	                                       put the published events of a period back in line for the relay

@@ -345,11 +345,18 @@ func (o *Order) Reject(answered int, r Rejection, now time.Time) error {
 // answers returns an error wrapping ErrAnswerOutdated unless the order is still
 // placed at version answered.
 func (o *Order) answers(answered int) error {
-	if o.Status() != StatusPlaced || o.version != answered {
+	if !Answers(o.Status(), o.version, answered) {
 		return fmt.Errorf("answer to order %s version %d, now %s at version %d: %w",
 			o.id, answered, o.Status(), o.version, ErrAnswerOutdated)
 	}
 	return nil
+}
+
+// Answers reports whether stock's answer to the placement at version answered
+// applies to an order at status and version: only while it is still placed at that
+// version; otherwise Confirm and Reject return ErrAnswerOutdated.
+func Answers(status Status, version, answered int) bool {
+	return status == StatusPlaced && version == answered
 }
 
 func (o *Order) fire(transition string, refused error, args ...any) error {

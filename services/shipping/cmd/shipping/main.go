@@ -5,7 +5,8 @@
 //	shipping serve                           HTTP (HTTP_ADDR) and the event consumer
 //	shipping migrate                         create the database if missing and apply migrations
 //	shipping purge-inbox --older-than 720h   delete processed_event keys older than the horizon
-//	shipping dlq list|show|replay|drop       read, replay or drop the dead-letter queue
+//	shipping dlq list|show|replay|drop|undrop
+//	                                         read, replay, drop or undrop dead letters
 //
 // `shipping help` lists the commands, `shipping help <command>` a command's flags and
 // the environment variables it reads with their defaults (config.go); run.go holds

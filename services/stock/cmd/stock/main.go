@@ -7,7 +7,8 @@
 //	stock relay                           publish the outbox to RabbitMQ (metrics on HTTP_ADDR, default :8087)
 //	stock migrate                         create the database if missing and apply migrations
 //	stock purge-inbox --older-than 720h   delete processed_event keys older than the horizon
-//	stock dlq list|show|replay|drop       read, replay or drop the dead-letter queue
+//	stock dlq list|show|replay|drop|undrop
+//	                                      read, replay, drop or undrop dead letters
 //	stock purge-outbox --older-than 168h  delete outbox rows published longer ago than the horizon
 //	stock replay-outbox --since T --until T [--event-name N] [--dry-run] [--force]
 //	                                      put the published events of a period back in line for the relay
