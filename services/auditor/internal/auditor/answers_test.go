@@ -75,7 +75,7 @@ func TestAuditFlagsAnOrderLeftPlacedWithoutAnswer(t *testing.T) {
 		t.Fatalf("report %+v, want one unanswered order", r)
 	}
 	u := r.UnansweredOrders[0]
-	if u.OrderID != waiting || u.EventID != waitingEv || u.Version != 2 || u.Answer != nil {
+	if u.OrderID != waiting || u.EventID == nil || *u.EventID != waitingEv || u.Version != 2 || u.Answer != nil {
 		t.Fatalf("finding %+v, want order %s with no answer", u, waiting)
 	}
 	if g := unansweredGauge(t, reg); g != 1 {
