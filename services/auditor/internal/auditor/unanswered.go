@@ -33,6 +33,11 @@ func requests() map[string]request {
 // producer.
 const maxAnswersRead = 1000
 
+// requestSlack bounds the id range searched for the event of an order's last change:
+// the event is written in the transaction of that change, its id made by the same
+// process's clock a few milliseconds after the order's updated_at.
+const requestSlack = time.Second
+
 // maxUnansweredRead bounds the unanswered orders one cycle reads and counts.
 const maxUnansweredRead = 1000
 
@@ -52,7 +57,7 @@ func (a *Audit) readUnanswered(ctx context.Context, now time.Time) ([]Unanswered
 	ids := make([]uuid.UUID, len(orders))
 	for i, o := range orders {
 		current[o.ID], ids[i] = o, o.ID
-		windows[i] = store.OrderWindow{OrderID: o.ID, From: minID(o.UpdatedAt.Add(-eventSlack)), Until: maxID(o.UpdatedAt.Add(eventSlack))}
+		windows[i] = store.OrderWindow{OrderID: o.ID, From: minID(o.UpdatedAt.Add(-requestSlack)), Until: maxID(o.UpdatedAt.Add(requestSlack))}
 	}
 	// The request's event was written with the order's last change.
 	events, err := a.st.OutboxNear(ctx, orderProducer(), windows, maxAnswersRead)
