@@ -23,7 +23,9 @@ type Config struct {
 	Interval time.Duration
 	// Grace is how long after its publication an event may still be on its way (in
 	// flight or in a retry queue) before a consumer without its key counts it as
-	// unaccounted (AUDIT_GRACE). Choose it above the longest retry delay.
+	// unaccounted, and how long after its last change a placed order may wait for its
+	// answer before it counts as unanswered (AUDIT_GRACE). Choose it above the longest
+	// retry delay.
 	Grace time.Duration
 	// Window is how far back each cycle re-checks events already audited, so a key
 	// that disappears after the audit first saw it is still found (AUDIT_WINDOW).
