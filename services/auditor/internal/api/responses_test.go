@@ -71,6 +71,16 @@ VALUES ($1, $2, $2, $3, $4, $4)`, placedEv, contracts.EventOrderPlaced,
 	exec(st.Pool, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
 VALUES ($1, $2, $2, $3, $4, $4)`, answer, contracts.EventStockReservationConfirmed,
 		fmt.Sprintf(`{"payload":{"order_id":%q,"order_version":2}}`, waiting), t0.Add(2*time.Second))
+	// A third order rejected although stock's outbox says confirmed (a contradiction),
+	// and a dead letter at stock of a message in no outbox.
+	rejected := idAt(t0)
+	exec(o.Pool, `INSERT INTO orders (id, customer_id, status, version, created_at, updated_at, rejection)
+VALUES ($1, $2, 'rejected', 3, $3, $3, '{"reason":"insufficient_stock","lines":[]}')`, rejected, uuid.New(), t0)
+	exec(st.Pool, `INSERT INTO outbox (id, event_name, routing_key, envelope, occurred_at, published_at)
+VALUES ($1, $2, $2, $3, $4, $4)`, idAt(t0.Add(3*time.Second)), contracts.EventStockReservationConfirmed,
+		fmt.Sprintf(`{"payload":{"order_id":%q,"order_version":2}}`, rejected), t0.Add(3*time.Second))
+	exec(st.Pool, `INSERT INTO dead_letter (consumer, message_key, reason, attempts, dead_lettered_at)
+VALUES ($1, 'sha256:00ff', 'undecodable', 1, $2)`, contracts.ConsumerStock, t0.Add(4*time.Second+5*time.Microsecond))
 	exec(st.Pool, `INSERT INTO order_status (order_id, status, version) VALUES ($1, 'placed', 2)`, order)
 	exec(sh.Pool, `INSERT INTO order_status (order_id, status, version) VALUES ($1, 'cancelled', 3)`, order)
 	exec(sh.Pool, `INSERT INTO shipment (id, order_id, status) VALUES ($1, $2, 'cancelled')`, uuid.New(), order)
@@ -85,8 +95,9 @@ VALUES ($1, $2, $2, $3, $4, $4)`, answer, contracts.EventStockReservationConfirm
 	if err := audit.Cycle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := audit.Report(); r.Unanswered != 1 || r.UnansweredOrders[0].Answer == nil {
-		t.Fatalf("report %+v, want the order left placed with stock's answer", r)
+	if r := audit.Report(); r.Unanswered != 1 || r.UnansweredOrders[0].Answer == nil || r.Contradictions != 1 ||
+		r.DeadLetteredUnknown[contracts.ConsumerStock] != 1 {
+		t.Fatalf("report %+v, want the order left placed with stock's answer, a contradiction, an unknown dead letter", r)
 	}
 	// Nothing listens on port 1: the counters scraped from the services are notes.
 	pr := probe.New(map[string]string{contracts.ConsumerStock: "http://127.0.0.1:1/metrics",

@@ -13,17 +13,7 @@ import (
 
 func unansweredGauge(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "delivery_unanswered_orders" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatal("no delivery_unanswered_orders")
-	return 0
+	return metricValue(t, reg, "delivery_unanswered_orders")
 }
 
 // TestAuditFollowsTheAnswerLeg: stock's answers in its own outbox are audited against
@@ -75,7 +65,7 @@ func TestAuditFlagsAnOrderLeftPlacedWithoutAnswer(t *testing.T) {
 		t.Fatalf("report %+v, want one unanswered order", r)
 	}
 	u := r.UnansweredOrders[0]
-	if u.OrderID != waiting || u.EventID != waitingEv || u.Version != 2 || u.Answer != nil {
+	if u.OrderID != waiting || u.EventID == nil || *u.EventID != waitingEv || u.Version != 2 || u.Answer != nil {
 		t.Fatalf("finding %+v, want order %s with no answer", u, waiting)
 	}
 	if g := unansweredGauge(t, reg); g != 1 {
@@ -160,4 +150,20 @@ func TestJourneyAndBoardShowTheAnswerLeg(t *testing.T) {
 		b.Answer.Outcome != "confirmed" || b.Answer.OutcomeAt == nil {
 		t.Fatalf("answer leg %+v", b.Answer)
 	}
+}
+
+// metricValue returns the value of the gauge name, which has no labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }

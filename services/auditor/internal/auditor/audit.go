@@ -23,7 +23,9 @@ type Config struct {
 	Interval time.Duration
 	// Grace is how long after its publication an event may still be on its way (in
 	// flight or in a retry queue) before a consumer without its key counts it as
-	// unaccounted (AUDIT_GRACE). Choose it above the longest retry delay.
+	// unaccounted, and how long after its last change a placed order may wait for its
+	// answer before it counts as unanswered (AUDIT_GRACE). Choose it above the longest
+	// retry delay.
 	Grace time.Duration
 	// Window is how far back each cycle re-checks events already audited, so a key
 	// that disappears after the audit first saw it is still found (AUDIT_WINDOW).
@@ -68,16 +70,22 @@ type DeadLetterFinding struct {
 	Attempts       int       `json:"attempts"`
 }
 
-// UnansweredFinding is an order left placed with no answer: its placed event was
-// published more than Grace ago, and the order still has that event's status and
-// version (no confirmed, rejected or cancelled since). Answer tells which leg stopped.
+// UnansweredFinding is an order left placed with no answer: still placed (no
+// confirmed, rejected or cancelled since) more than Grace after its last change,
+// whatever its outbox still holds. Answer tells which leg stopped.
 type UnansweredFinding struct {
-	OrderID     uuid.UUID `json:"order_id"`
-	EventID     uuid.UUID `json:"event_id"`
-	EventName   string    `json:"event_name"`
-	Version     int       `json:"version"`
-	PublishedAt time.Time `json:"published_at"`
-	FirstSeen   time.Time `json:"first_seen"`
+	OrderID uuid.UUID `json:"order_id"`
+	// EventID is the event that asks for the answer (EventName, at Version), absent
+	// when its outbox row is gone (purged); PublishedAt is when the relay published
+	// it, absent when it is gone or unpublished.
+	EventID     *uuid.UUID `json:"event_id,omitempty"`
+	EventName   string     `json:"event_name"`
+	Version     int        `json:"version"`
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+	// Since is the order's last change (its updated_at: when it was placed), and
+	// FirstSeen when it became unanswered: Since plus Grace.
+	Since     time.Time `json:"since"`
+	FirstSeen time.Time `json:"first_seen"`
 	// Answer is the answer found in its producer's outbox: the order did not apply it
 	// (look at its delivery to the order's consumer). Nil when no answer was written:
 	// the request's consumer did not answer (look at the request's delivery).
@@ -120,10 +128,21 @@ type Report struct {
 	// published event or not) minus the messages in the queue, when positive. They are
 	// replayed from their record. A consumer is absent when its queue could not be read.
 	DeadLetterCopiesMissing map[string]int `json:"dead_letter_copies_missing"`
-	// Unanswered counts the orders left placed with no answer longer than Grace.
+	// DeadLetteredUnknown counts, per consumer, its open dead letters of messages no
+	// producer's outbox holds (see [UnknownDeadLetter]); apart from DeadLettered.
+	DeadLetteredUnknown map[string]int `json:"dead_lettered_unknown"`
+	// UnknownDeadLetters lists them, oldest dead letter first (at most 100).
+	UnknownDeadLetters []UnknownDeadLetter `json:"unknown_dead_letters"`
+	// Unanswered counts the orders left placed with no answer longer than Grace (up to
+	// 1000).
 	Unanswered int `json:"unanswered"`
-	// UnansweredOrders lists them, oldest placed event first (at most 100).
+	// UnansweredOrders lists them, oldest last change first (at most 100).
 	UnansweredOrders []UnansweredFinding `json:"unanswered_orders"`
+	// Contradictions counts the orders whose status contradicts their producer's
+	// answer (see [ContradictionFinding]).
+	Contradictions int `json:"contradictions"`
+	// ContradictedOrders lists them, oldest answer first (at most 100).
+	ContradictedOrders []ContradictionFinding `json:"contradicted_orders"`
 	// Audited counts the published events of every producer the forward pass has
 	// checked since start.
 	Audited int64 `json:"audited"`
@@ -146,9 +165,12 @@ const maxRecheckFindings = 1000
 // (contracts.Producers) reached every consumer that should receive it
 // (contracts.ConsumersOf; docs/architecture.md, rule 3: its key). An event a consumer
 // dead-lettered is not delivered: until someone replays or drops it, the audit counts
-// it apart from the unaccounted ones, as dead-lettered, awaiting a decision. It also
-// flags the orders left placed with no answer (see [UnansweredFinding]): the reply
-// leg's end to end check, whichever hop stopped.
+// it apart from the unaccounted ones, as dead-lettered, awaiting a decision; an open
+// dead letter of a message in no outbox is counted too, apart (see
+// [UnknownDeadLetter]). It flags the orders left placed with no answer (see
+// [UnansweredFinding]): the reply leg's end to end check, whichever hop stopped,
+// read again from the order database every cycle. It flags the answers an order
+// contradicts (see [ContradictionFinding]) among the events the passes check.
 //
 // Each cycle makes, in each producer's outbox, three bounded passes, walking its UUID
 // v7 primary key:
@@ -161,7 +183,9 @@ const maxRecheckFindings = 1000
 //     (purged) is forgotten.
 //
 // Each cursor starts at its outbox's first row: a fresh auditor audits everything the
-// outboxes still hold, PagesPerCycle pages per producer and cycle. An event whose
+// outboxes still hold, PagesPerCycle pages per producer and cycle. The unanswered
+// orders and the dead letters of unknown messages keep no state between cycles: a
+// restart changes neither. An event whose
 // transaction commits after the cursor has passed its id and after the window has
 // passed it too (a transaction open longer than Window) is not audited.
 //
@@ -177,8 +201,11 @@ type Audit struct {
 	mu        sync.Mutex
 	positions map[string]*position // by producer name
 	findings  map[uuid.UUID]*Finding
-	waiting   map[uuid.UUID]*UnansweredFinding // by order id
-	report    Report
+	// contradictions are keyed by the answer's event id.
+	contradictions map[uuid.UUID]*ContradictionFinding
+	waiting        []UnansweredFinding
+	unknown        map[string][]UnknownDeadLetter // by consumer
+	report         Report
 }
 
 // position is the audit's place in one producer's outbox.
@@ -191,21 +218,24 @@ type position struct {
 
 // metrics are the audit's Prometheus metrics (New lists them).
 type metrics struct {
-	unaccounted *prometheus.GaugeVec
-	dead        *prometheus.GaugeVec
-	deadAge     *prometheus.GaugeVec
-	copiesGone  *prometheus.GaugeVec
-	unanswered  prometheus.Gauge
-	lag         *prometheus.GaugeVec
-	audited     *prometheus.CounterVec
-	failures    prometheus.Counter
-	duration    prometheus.Histogram
+	unaccounted  *prometheus.GaugeVec
+	dead         *prometheus.GaugeVec
+	deadAge      *prometheus.GaugeVec
+	copiesGone   *prometheus.GaugeVec
+	unknownDead  *prometheus.GaugeVec
+	unanswered   prometheus.Gauge
+	contradicted prometheus.Gauge
+	lag          *prometheus.GaugeVec
+	audited      *prometheus.CounterVec
+	failures     prometheus.Counter
+	duration     prometheus.Histogram
 }
 
 // New returns an Audit on st, registering on reg delivery_unaccounted_events{consumer},
 // delivery_dead_lettered_events{consumer}, delivery_dead_letter_oldest_seconds{consumer},
-// delivery_dead_letter_copies_missing{consumer}, delivery_unanswered_orders,
-// delivery_audit_lag_seconds{producer}, delivery_audited_events_total{producer},
+// delivery_dead_letter_copies_missing{consumer},
+// delivery_dead_lettered_unknown_messages{consumer}, delivery_unanswered_orders,
+// delivery_contradicted_orders, delivery_audit_lag_seconds{producer}, delivery_audited_events_total{producer},
 // delivery_audit_failures_total and delivery_audit_cycle_seconds. Zero PageSize and
 // PagesPerCycle take their defaults.
 func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Logger) (*Audit, error) {
@@ -224,19 +254,24 @@ func New(st *store.Store, cfg Config, reg prometheus.Registerer, logger *slog.Lo
 	}
 	a := &Audit{
 		st: st, cfg: cfg, logger: logger, now: time.Now, metrics: m,
-		positions: map[string]*position{},
-		findings:  map[uuid.UUID]*Finding{},
-		waiting:   map[uuid.UUID]*UnansweredFinding{},
+		positions:      map[string]*position{},
+		findings:       map[uuid.UUID]*Finding{},
+		contradictions: map[uuid.UUID]*ContradictionFinding{},
+		unknown:        map[string][]UnknownDeadLetter{},
 	}
 	a.report.Unaccounted, a.report.DeadLettered, a.report.DeadLetterCopiesMissing = map[string]int{}, map[string]int{}, map[string]int{}
+	a.report.DeadLetteredUnknown = map[string]int{}
 	a.report.Events, a.report.DeadLetters, a.report.UnansweredOrders = []Finding{}, []DeadLetterFinding{}, []UnansweredFinding{}
+	a.report.UnknownDeadLetters, a.report.ContradictedOrders = []UnknownDeadLetter{}, []ContradictionFinding{}
 	a.report.Producers = map[string]ProducerProgress{}
 	for _, c := range contracts.Consumers() {
 		a.unaccounted.WithLabelValues(c.Name).Set(0)
 		a.dead.WithLabelValues(c.Name).Set(0)
 		a.deadAge.WithLabelValues(c.Name).Set(0)
+		a.unknownDead.WithLabelValues(c.Name).Set(0)
 		a.report.Unaccounted[c.Name] = 0
 		a.report.DeadLettered[c.Name] = 0
+		a.report.DeadLetteredUnknown[c.Name] = 0
 	}
 	for _, p := range contracts.Producers() {
 		a.positions[p.Name] = &position{}
@@ -256,19 +291,27 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}, []string{"consumer"}),
 		dead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_dead_lettered_events",
-			Help: "Published events the consumer dead-lettered that nobody has replayed or dropped yet: not delivered, awaiting a decision.",
+			Help: "Messages the consumer dead-lettered that nobody has replayed or dropped yet, awaiting a decision: published events (not delivered) and messages in no outbox (delivery_dead_lettered_unknown_messages).",
 		}, []string{"consumer"}),
 		deadAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_dead_letter_oldest_seconds",
-			Help: "Age in seconds of the consumer's oldest dead letter of a published event that awaits a decision (0 when none).",
+			Help: "Age in seconds of the consumer's oldest dead letter that awaits a decision, of a published event or of a message in no outbox (0 when none).",
 		}, []string{"consumer"}),
 		copiesGone: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_dead_letter_copies_missing",
 			Help: "Open dead letters of the consumer without a copy in its dead-letter queue, at least (open dead letters minus queue depth); replayed from their record.",
 		}, []string{"consumer"}),
+		unknownDead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delivery_dead_lettered_unknown_messages",
+			Help: "Open dead letters of the consumer whose message no producer's outbox holds (forged, published by hand, or purged from its outbox); awaiting a decision.",
+		}, []string{"consumer"}),
 		unanswered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delivery_unanswered_orders",
-			Help: "Orders still placed, with no answer applied, more than AUDIT_GRACE after their placed event was published.",
+			Help: "Orders still placed, with no answer applied, more than AUDIT_GRACE after their last change (counted up to 1000).",
+		}),
+		contradicted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delivery_contradicted_orders",
+			Help: "Orders whose status contradicts the answer in its producer's outbox (confirmed there, rejected here, or the reverse): an answer the producer never gave was applied.",
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_audit_lag_seconds",
@@ -288,7 +331,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.unaccounted, m.dead, m.deadAge, m.copiesGone, m.unanswered, m.lag, m.audited, m.failures, m.duration} {
+	for _, c := range []prometheus.Collector{m.unaccounted, m.dead, m.deadAge, m.copiesGone, m.unknownDead, m.unanswered, m.contradicted, m.lag, m.audited, m.failures, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return metrics{}, fmt.Errorf("audit metrics: %w", err)
 		}
@@ -338,9 +381,18 @@ func (a *Audit) cycle(ctx context.Context, now time.Time) error {
 			return fmt.Errorf("%s outbox: %w", p.Name, err)
 		}
 	}
-	if err := a.recheckUnanswered(ctx, now); err != nil {
+	waiting, err := a.readUnanswered(ctx, now)
+	if err != nil {
 		return err
 	}
+	unknown, err := a.unknownDeadLetters(ctx)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.logNew(ctx, waiting, unknown)
+	a.waiting, a.unknown = waiting, unknown
+	a.mu.Unlock()
 	return a.copies(ctx)
 }
 
@@ -447,14 +499,19 @@ func (a *Audit) windowPass(ctx context.Context, producer string, pos *position, 
 	return nil
 }
 
-// findingsPass checks every finding of producer again by id (at most
-// maxRecheckFindings): those older than the window are checked nowhere else, and
-// one whose outbox row was purged is forgotten, wherever it lies.
+// findingsPass checks every finding of producer (delivery or contradiction) again by
+// id (at most maxRecheckFindings): those older than the window are checked nowhere
+// else, and one whose outbox row was purged is forgotten, wherever it lies.
 func (a *Audit) findingsPass(ctx context.Context, producer string, now time.Time) error {
 	a.mu.Lock()
 	var old []uuid.UUID
 	for id, f := range a.findings {
 		if f.Producer == producer && len(old) < maxRecheckFindings {
+			old = append(old, id)
+		}
+	}
+	for id, c := range a.contradictions {
+		if c.Producer == producer && len(old) < maxRecheckFindings && a.findings[id] == nil {
 			old = append(old, id)
 		}
 	}
@@ -525,7 +582,7 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 	if err != nil {
 		return err
 	}
-	if err := a.checkRequests(ctx, rows, now); err != nil {
+	if err := a.checkAnswers(ctx, rows, now); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -565,6 +622,33 @@ func (a *Audit) check(ctx context.Context, rows []store.OutboxRow, now time.Time
 	return nil
 }
 
+// logNew logs the unanswered orders and the unknown dead letters the last cycle did
+// not report (a restarted auditor logs them all once again). The caller holds a.mu.
+func (a *Audit) logNew(ctx context.Context, waiting []UnansweredFinding, unknown map[string][]UnknownDeadLetter) {
+	seen := map[uuid.UUID]bool{}
+	for _, u := range a.waiting {
+		seen[u.OrderID] = true
+	}
+	for _, u := range waiting {
+		if !seen[u.OrderID] {
+			a.logger.WarnContext(ctx, "order without an answer", slog.String("order_id", u.OrderID.String()),
+				slog.Int("version", u.Version), slog.Time("since", u.Since))
+		}
+	}
+	for c, list := range unknown {
+		keys := map[string]bool{}
+		for _, d := range a.unknown[c] {
+			keys[d.MessageKey] = true
+		}
+		for _, d := range list {
+			if !keys[d.MessageKey] {
+				a.logger.WarnContext(ctx, "dead letter of a message in no outbox, awaiting a decision", slog.String("consumer", c),
+					slog.String("message_key", d.MessageKey), slog.String("event_name", d.EventName), slog.String("reason", d.Reason))
+			}
+		}
+	}
+}
+
 // forgetMissing drops the findings among ids whose outbox row is gone (purged).
 func (a *Audit) forgetMissing(ids []uuid.UUID, rows []store.OutboxRow) {
 	seen := make(map[uuid.UUID]bool, len(rows))
@@ -576,6 +660,7 @@ func (a *Audit) forgetMissing(ids []uuid.UUID, rows []store.OutboxRow) {
 	for _, id := range ids {
 		if !seen[id] {
 			delete(a.findings, id)
+			delete(a.contradictions, id)
 		}
 	}
 }
@@ -606,10 +691,21 @@ func (a *Audit) publishLocked(now time.Time) {
 	for c, n := range counts {
 		a.unaccounted.WithLabelValues(c).Set(float64(n))
 	}
-	for c, n := range deadCounts {
-		a.dead.WithLabelValues(c).Set(float64(n))
+	unknownCounts := map[string]int{}
+	var unknown []UnknownDeadLetter
+	for c := range deadCounts {
+		for _, d := range a.unknown[c] {
+			oldest[c] = max(oldest[c], now.Sub(d.DeadLetteredAt).Seconds())
+		}
+		unknownCounts[c] = len(a.unknown[c])
+		unknown = append(unknown, a.unknown[c]...)
+		a.dead.WithLabelValues(c).Set(float64(deadCounts[c] + unknownCounts[c]))
+		a.unknownDead.WithLabelValues(c).Set(float64(unknownCounts[c]))
 		a.deadAge.WithLabelValues(c).Set(oldest[c])
 	}
+	slices.SortFunc(unknown, func(x, y UnknownDeadLetter) int { return x.DeadLetteredAt.Compare(y.DeadLetteredAt) })
+	a.report.DeadLetteredUnknown = unknownCounts
+	a.report.UnknownDeadLetters = append([]UnknownDeadLetter{}, unknown[:min(len(unknown), 100)]...)
 	a.report.Unaccounted = counts
 	a.report.UnaccountedTotal = len(events)
 	a.report.Events = events[:min(len(events), 100)]
@@ -617,14 +713,18 @@ func (a *Audit) publishLocked(now time.Time) {
 	a.report.DeadLetteredTotal = len(dead)
 	a.report.DeadLetters = dead[:min(len(dead), 100)]
 
-	waiting := make([]UnansweredFinding, 0, len(a.waiting))
-	for _, u := range a.waiting {
-		waiting = append(waiting, *u)
+	a.unanswered.Set(float64(len(a.waiting)))
+	a.report.Unanswered = len(a.waiting)
+	a.report.UnansweredOrders = append([]UnansweredFinding{}, a.waiting[:min(len(a.waiting), 100)]...)
+
+	contradicted := make([]ContradictionFinding, 0, len(a.contradictions))
+	for _, c := range a.contradictions {
+		contradicted = append(contradicted, *c)
 	}
-	slices.SortFunc(waiting, func(x, y UnansweredFinding) int { return compare(x.EventID, y.EventID) })
-	a.unanswered.Set(float64(len(waiting)))
-	a.report.Unanswered = len(waiting)
-	a.report.UnansweredOrders = waiting[:min(len(waiting), 100)]
+	slices.SortFunc(contradicted, func(x, y ContradictionFinding) int { return compare(x.EventID, y.EventID) })
+	a.contradicted.Set(float64(len(contradicted)))
+	a.report.Contradictions = len(contradicted)
+	a.report.ContradictedOrders = contradicted[:min(len(contradicted), 100)]
 
 	a.report.Audited, a.report.LagSeconds = 0, 0
 	a.report.Producers = make(map[string]ProducerProgress, len(a.positions))
@@ -646,6 +746,9 @@ func (a *Audit) Report() Report {
 	r.DeadLetters = slices.Clone(a.report.DeadLetters)
 	r.DeadLetterCopiesMissing = maps.Clone(a.report.DeadLetterCopiesMissing)
 	r.UnansweredOrders = slices.Clone(a.report.UnansweredOrders)
+	r.DeadLetteredUnknown = maps.Clone(a.report.DeadLetteredUnknown)
+	r.UnknownDeadLetters = slices.Clone(a.report.UnknownDeadLetters)
+	r.ContradictedOrders = slices.Clone(a.report.ContradictedOrders)
 	r.Producers = maps.Clone(a.report.Producers)
 	return r
 }

@@ -2,7 +2,6 @@ package auditor
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -12,125 +11,80 @@ import (
 	"example.com/shop/services/auditor/internal/store"
 )
 
-// request is an event that asks for an answer: its order keeps status until the
-// order applies one of answers, each published by its producer of the registry.
+// request is what an order waiting in a status asked for: the event that moved it
+// there, and the answers that move it on, each published by its producer of the
+// registry.
 type request struct {
-	status  string
+	event   string
 	answers []string
 }
 
-// requests returns the contract's requests by event name: a placed order waits for
-// stock's confirmation or rejection.
+// requests returns the contract's requests by the order status that waits: a placed
+// order waits for stock's confirmation or rejection (store.WaitingOrders reads the
+// orders in that status).
 func requests() map[string]request {
 	return map[string]request{
-		contracts.EventOrderPlaced: {status: "placed",
+		"placed": {event: contracts.EventOrderPlaced,
 			answers: []string{contracts.EventStockReservationConfirmed, contracts.EventStockReservationRejected}},
 	}
 }
 
-// maxAnswersRead bounds the answering events read for the unanswered orders in one
-// cycle.
+// maxAnswersRead bounds the events read for the unanswered orders in one cycle, per
+// producer.
 const maxAnswersRead = 1000
 
-// checkRequests records the orders of rows' requests still waiting, at the request's
-// status and version, for an answer (rows are published more than Grace ago), and
-// forgets those that moved on.
-func (a *Audit) checkRequests(ctx context.Context, rows []store.OutboxRow, now time.Time) error {
-	reqs := requests()
-	var ids []uuid.UUID
-	for _, r := range rows {
-		if _, ok := reqs[r.EventName]; ok {
-			ids = append(ids, r.OrderID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	orders, err := a.st.Orders(ctx, ids)
-	if err != nil {
-		return err
-	}
-	current := make(map[uuid.UUID]store.Order, len(orders))
-	for _, o := range orders {
-		current[o.ID] = o
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, r := range rows {
-		req, ok := reqs[r.EventName]
-		if !ok {
-			continue
-		}
-		o, found := current[r.OrderID]
-		if !found || o.Status != req.status || o.Version != r.OrderVersion {
-			if u := a.waiting[r.OrderID]; u != nil && u.EventID == r.ID {
-				delete(a.waiting, r.OrderID)
-			}
-			continue
-		}
-		if a.waiting[r.OrderID] == nil {
-			a.waiting[r.OrderID] = &UnansweredFinding{OrderID: r.OrderID, EventID: r.ID, EventName: r.EventName,
-				Version: r.OrderVersion, PublishedAt: *r.PublishedAt, FirstSeen: now}
-			a.logger.WarnContext(ctx, "order without an answer", slog.String("order_id", r.OrderID.String()),
-				slog.String("event_id", r.ID.String()), slog.String("status", req.status))
-		}
-	}
-	return nil
-}
+// requestSlack bounds the id range searched for the event of an order's last change:
+// the event is written in the transaction of that change, its id made by the same
+// process's clock a few milliseconds after the order's updated_at.
+const requestSlack = time.Second
 
-// recheckUnanswered re-reads every waiting order: one that moved on (or is gone) is
-// forgotten; for the others it looks for an answer in the answering producers'
-// outboxes, so the finding says which leg stopped.
-func (a *Audit) recheckUnanswered(ctx context.Context, now time.Time) error {
+// maxUnansweredRead bounds the unanswered orders one cycle reads and counts.
+const maxUnansweredRead = 1000
+
+// readUnanswered returns the orders left waiting for an answer (see [UnansweredFinding]),
+// oldest last change first, at most maxUnansweredRead. It reads them from the order
+// database on every cycle, so a restarted auditor finds the same ones, and a purged
+// outbox hides none: the request's event and the answer are looked up in the
+// outboxes, and left out of the finding when they are not there.
+func (a *Audit) readUnanswered(ctx context.Context, now time.Time) ([]UnansweredFinding, error) {
+	orders, err := a.st.WaitingOrders(ctx, now.Add(-a.cfg.Grace), maxUnansweredRead)
+	if err != nil || len(orders) == 0 {
+		return []UnansweredFinding{}, err
+	}
 	reqs := requests()
-	a.mu.Lock()
-	waiting := make(map[uuid.UUID]UnansweredFinding, len(a.waiting))
-	for id, u := range a.waiting {
-		if len(waiting) < maxRecheckFindings {
-			waiting[id] = *u
-		}
+	current := make(map[uuid.UUID]store.Order, len(orders))
+	windows := make([]store.OrderWindow, len(orders))
+	ids := make([]uuid.UUID, len(orders))
+	for i, o := range orders {
+		current[o.ID], ids[i] = o, o.ID
+		windows[i] = store.OrderWindow{OrderID: o.ID, From: minID(o.UpdatedAt.Add(-requestSlack)), Until: maxID(o.UpdatedAt.Add(requestSlack))}
 	}
-	a.mu.Unlock()
-	if len(waiting) == 0 {
-		return nil
-	}
-	ids := make([]uuid.UUID, 0, len(waiting))
-	from := now
-	for id, u := range waiting {
-		ids = append(ids, id)
-		if t := uuidTime(u.EventID); t.Before(from) {
-			from = t
-		}
-	}
-	orders, err := a.st.Orders(ctx, ids)
+	// The request's event was written with the order's last change.
+	events, err := a.st.OutboxNear(ctx, orderProducer(), windows, maxAnswersRead)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	still := map[uuid.UUID]bool{}
+	asked := map[uuid.UUID]store.OutboxRow{}
+	for _, r := range events {
+		if o := current[r.OrderID]; r.EventName == reqs[o.Status].event && r.OrderVersion == o.Version {
+			asked[r.OrderID] = r
+		}
+	}
+	answers, err := a.answersTo(ctx, current, ids, orders[0].UpdatedAt, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]UnansweredFinding, 0, len(orders))
 	for _, o := range orders {
-		u := waiting[o.ID]
-		if o.Status == reqs[u.EventName].status && o.Version == u.Version {
-			still[o.ID] = true
+		u := UnansweredFinding{OrderID: o.ID, EventName: reqs[o.Status].event, Version: o.Version, Since: o.UpdatedAt,
+			FirstSeen: o.UpdatedAt.Add(a.cfg.Grace), Answer: answers[o.ID]}
+		if r, ok := asked[o.ID]; ok {
+			id := r.ID
+			u.EventID, u.PublishedAt = &id, r.PublishedAt
 		}
+		out = append(out, u)
 	}
-	answers, err := a.answersTo(ctx, waiting, ids, from, now)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id := range waiting {
-		u := a.waiting[id]
-		if u == nil {
-			continue
-		}
-		if !still[id] {
-			delete(a.waiting, id)
-			continue
-		}
-		u.Answer = answers[id]
-	}
-	return nil
+	return out, nil
 }
 
 // answeringProducers returns the producers of every answer of reqs, each once, in the
@@ -148,10 +102,10 @@ func answeringProducers(reqs map[string]request) []string {
 	return out
 }
 
-// answersTo looks for the answer to each waiting order (ids, their keys) in the
-// answering producers' outboxes, between from (less eventSlack) and now; it returns
-// them by order id, with no entry for an order without one.
-func (a *Audit) answersTo(ctx context.Context, waiting map[uuid.UUID]UnansweredFinding, ids []uuid.UUID, from, now time.Time) (map[uuid.UUID]*Answer, error) {
+// answersTo looks for the answer to each waiting order (current, ids its keys) at its
+// version in the answering producers' outboxes, between from (less eventSlack) and
+// now; it returns them by order id, with no entry for an order without one.
+func (a *Audit) answersTo(ctx context.Context, current map[uuid.UUID]store.Order, ids []uuid.UUID, from, now time.Time) (map[uuid.UUID]*Answer, error) {
 	reqs := requests()
 	answers := map[uuid.UUID]*Answer{}
 	for _, producer := range answeringProducers(reqs) {
@@ -160,8 +114,8 @@ func (a *Audit) answersTo(ctx context.Context, waiting map[uuid.UUID]UnansweredF
 			return nil, err
 		}
 		for _, r := range rows {
-			u, ok := waiting[r.OrderID]
-			if !ok || r.OrderVersion != u.Version || !slices.Contains(reqs[u.EventName].answers, r.EventName) {
+			o, ok := current[r.OrderID]
+			if !ok || r.OrderVersion != o.Version || !slices.Contains(reqs[o.Status].answers, r.EventName) {
 				continue
 			}
 			answers[r.OrderID] = &Answer{Producer: r.Producer, EventID: r.ID, EventName: r.EventName, PublishedAt: r.PublishedAt}

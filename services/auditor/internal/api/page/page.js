@@ -243,11 +243,30 @@ function drawBoard(b) {
   for (const w of b.audit.unanswered_orders || []) {
     const why = w.answer ? `${w.answer.producer} answered ${answerWord(w.answer.event_name)} (${w.answer.event_id}), not applied`
       : "no answer written";
-    const li = el("li", { "data-order-id": w.order_id }, `order ${w.order_id} placed v${w.version}: ${why}`);
+    const gone = w.event_id ? "" : " (its placed event is no longer in the outbox)";
+    const li = el("li", { "data-order-id": w.order_id }, `order ${w.order_id} placed v${w.version}${gone}: ${why}`);
     li.addEventListener("click", () => openJourney(w.order_id));
     ul.append(li);
   }
   u.hidden = (b.audit.unanswered_orders || []).length === 0;
+  const c = document.getElementById("contradicted");
+  const cl = c.querySelector("ul");
+  cl.replaceChildren();
+  for (const x of b.audit.contradicted_orders || []) {
+    const li = el("li", { "data-order-id": x.order_id },
+      `order ${x.order_id}: ${x.producer} answered ${x.answer_status} (${x.event_id}), the order is ${x.order_status} v${x.order_version}`);
+    li.addEventListener("click", () => openJourney(x.order_id));
+    cl.append(li);
+  }
+  c.hidden = (b.audit.contradicted_orders || []).length === 0;
+  const k = document.getElementById("unknown-dead");
+  const kl = k.querySelector("ul");
+  kl.replaceChildren();
+  for (const d of b.audit.unknown_dead_letters || []) {
+    kl.append(el("li", { "data-message-key": d.message_key },
+      `${d.consumer}: ${d.event_name || "message"} ${d.message_key}, dead-lettered at ${d.dead_lettered_at} (${d.reason})`));
+  }
+  k.hidden = (b.audit.unknown_dead_letters || []).length === 0;
   const a = b.audit;
   document.getElementById("audit-line").textContent =
     `audit: ${a.audited.toLocaleString()} published events checked in ${a.cycles} cycles, lag ${a.lag_seconds.toFixed(1)} s, ` +

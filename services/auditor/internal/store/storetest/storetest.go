@@ -46,6 +46,7 @@ func Schema(service string) migrate.Schema {
 		return migrate.Schema{
 			outbox.Migrations(outbox.Roles{Writer: "order_api", Relay: "order_relay", Maintenance: "order_maintenance"}),
 			inbox.Migrations(inbox.Roles{App: "order_api", Maintenance: "order_maintenance"}),
+			dlq.Migrations(dlq.Roles{App: "order_api", Maintenance: "order_maintenance"}),
 			own,
 		}
 	}
