@@ -318,10 +318,10 @@ WHERE status = 'placed' AND updated_at <= $1 ORDER BY updated_at, id LIMIT $2`, 
 }
 
 // processedQuery finds a consumer's processed_event keys among the given event ids,
-// each given as its canonical lowercase text. The key column is the only part of the
-// inbox schema the auditor depends on.
+// each given as its canonical lowercase text; a key `dlq drop` wrote (outcome
+// 'dropped') is no processing: its dead letter says what happened.
 const processedQuery = `SELECT message_key, processed_at FROM processed_event
-WHERE consumer = $1 AND message_key = ANY($2::text[])`
+WHERE consumer = $1 AND message_key = ANY($2::text[]) AND outcome IS NULL`
 
 // Processed returns, for the events among ids that consumer has processed, when it
 // did (its processed_event key).
