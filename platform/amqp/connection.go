@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -31,6 +32,10 @@ var ErrBlocked = errors.New("connection blocked by the broker")
 // DefaultCloseTimeout is Options.CloseTimeout's default: Close returns
 // within about this long whatever the broker does.
 const DefaultCloseTimeout = 5 * time.Second
+
+// DefaultHeartbeat is Options.Heartbeat's default: a frozen consumer's
+// deliveries go back to its queue within 3 × 5 s = 15 s.
+const DefaultHeartbeat = 5 * time.Second
 
 // dialTimeout bounds the TCP connect and the AMQP handshake of one attempt.
 const dialTimeout = 30 * time.Second
@@ -60,6 +65,19 @@ type Options struct {
 	// one interval even when no call of this process fails on it. Every
 	// declaration is idempotent.
 	RedeclareInterval time.Duration
+	// Heartbeat is the heartbeat timeout the connection proposes, whole
+	// seconds (default DefaultHeartbeat, 5 s; less than 1 s means the
+	// default; a heartbeat=N in the URL takes precedence). The broker
+	// agrees on the lower of it and its own heartbeat setting (RabbitMQ's
+	// default is 60 s); each side sends a heartbeat frame when it has sent
+	// nothing for half of it. RabbitMQ closes a connection on which it has
+	// received nothing for 2 to 3 heartbeat timeouts (it looks every
+	// timeout and gives up at the second look in a row without data), and
+	// requeues the connection's unacknowledged deliveries: those of a frozen
+	// consumer (SIGSTOP, a stalled VM) reach another consumer at most
+	// 3 × Heartbeat after it froze. This side gives up on a broker it has
+	// heard nothing from for 1.5 × Heartbeat.
+	Heartbeat time.Duration
 	// Registerer, when set, gets the gauge amqp_connection_blocked{connection}:
 	// 1 while the broker blocks the connection, else 0. A collector already
 	// registered by another Connection is shared.
@@ -81,6 +99,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RedeclareInterval == 0 {
 		o.RedeclareInterval = 5 * time.Second
+	}
+	if o.Heartbeat < time.Second {
+		o.Heartbeat = DefaultHeartbeat
 	}
 	return o
 }
@@ -138,6 +159,19 @@ func URLFromEnv(env *config.Env, key, def string) string {
 		env.Errorf(key, "%v", err)
 	}
 	return raw
+}
+
+// HeartbeatFromEnv returns the heartbeat timeout in key (Options.Heartbeat),
+// DefaultHeartbeat when it is unset. It records a *config.VarError on env
+// for a value that is not a Go duration of whole seconds from 1s to 65535s
+// (the protocol's unit and range).
+func HeartbeatFromEnv(env *config.Env, key string) time.Duration {
+	d := env.PositiveDuration(key, DefaultHeartbeat)
+	if d%time.Second != 0 || d > math.MaxUint16*time.Second {
+		env.Errorf(key, "%s must be whole seconds from 1s to 65535s", d)
+		return DefaultHeartbeat
+	}
+	return d
 }
 
 // Dial connects to url (one AMQP URL or a list of nodes, see Nodes) with the
@@ -249,7 +283,7 @@ func newConnection(nodes *Nodes, topo Topology, logger *slog.Logger, opts Option
 // declaration under way.
 func (c *Connection) connect() (conn *amqp091.Connection, sock net.Conn, blocks chan amqp091.Blocking, err error) {
 	cfg := amqp091.Config{
-		Heartbeat:  10 * time.Second,
+		Heartbeat:  c.opts.Heartbeat,
 		Locale:     "en_US",
 		Properties: amqp091.NewConnectionProperties(),
 		Dial:       c.dialer(&sock),

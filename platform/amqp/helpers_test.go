@@ -25,12 +25,18 @@ const testKey = "test.thing.happened.v1"
 // two short retry levels; it is deleted when the test ends.
 func testTopology(t testing.TB, delays ...time.Duration) Topology {
 	t.Helper()
+	topo := namedTopology(uniqueName(t, "t"), delays...)
+	t.Cleanup(func() { deleteTopology(t, topo) })
+	return topo
+}
+
+// namedTopology is testTopology's topology, its names starting with s.
+func namedTopology(s string, delays ...time.Duration) Topology {
 	if len(delays) == 0 {
 		delays = []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}
 	}
-	s := uniqueName(t, "t")
 	q := s + ".q"
-	topo := Topology{
+	return Topology{
 		Exchange:           s + ".events",
 		AlternateExchange:  s + ".alternate",
 		UnroutableQueue:    s + ".unroutable",
@@ -39,8 +45,6 @@ func testTopology(t testing.TB, delays ...time.Duration) Topology {
 			Name: q, DeadLetterQueue: q + ".dlq", RoutingKeys: []string{testKey}, RetryDelays: delays,
 		}},
 	}
-	t.Cleanup(func() { deleteTopology(t, topo) })
-	return topo
 }
 
 func deleteTopology(t testing.TB, topo Topology) {

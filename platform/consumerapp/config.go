@@ -81,6 +81,9 @@ const (
 //	                        docs/architecture.md rule 5)
 //	AMQP_REDECLARE_INTERVAL how often serve declares its queue, bindings, retry and
 //	                        dead-letter queues again, repairing what was deleted (default 5s)
+//	AMQP_HEARTBEAT          heartbeat timeout serve proposes to the broker, whole seconds: a
+//	                        frozen serve's deliveries go to another within 3 times it (default
+//	                        5s; amqp.Options.Heartbeat)
 //	<P>PREFETCH            deliveries the broker sends ahead (default 4 * <P>WORKERS)
 //	RELAY_USERS             the broker user of each producer's relay, "producer=user,...", e.g.
 //	                        "order=order-relay,stock=stock-relay": an event is accepted only
@@ -103,6 +106,7 @@ type ServeConfig struct {
 	RetryDelays       []time.Duration
 	MinRetention      time.Duration
 	RedeclareInterval time.Duration
+	Heartbeat         time.Duration
 	RelayUsers        map[string]string
 }
 
@@ -122,6 +126,7 @@ func (s Service) LoadServeConfig(env *config.Env) ServeConfig {
 		RetryDelays:       retryDelays(env, s.EnvPrefix+"RETRY_DELAYS"),
 		MinRetention:      env.PositiveDuration("INBOX_MIN_RETENTION", DefaultMinRetention),
 		RedeclareInterval: env.PositiveDuration("AMQP_REDECLARE_INTERVAL", DefaultRedeclareInterval),
+		Heartbeat:         amqp.HeartbeatFromEnv(env, "AMQP_HEARTBEAT"),
 	}
 	c.Prefetch = env.PositiveInt(s.EnvPrefix+"PREFETCH", 4*c.Workers)
 	c.RelayUsers = relayUsers(env)
@@ -150,6 +155,7 @@ func (c ServeConfig) LogValue() slog.Value {
 		slog.Int("max_attempts", c.MaxAttempts), slog.Any("retry_delays", c.RetryDelays),
 		slog.Duration("min_retention", c.MinRetention),
 		slog.Duration("redeclare_interval", c.RedeclareInterval),
+		slog.Duration("heartbeat", c.Heartbeat),
 		slog.Any("relay_users", c.RelayUsers),
 	)
 }

@@ -37,19 +37,20 @@ func TestServeConfigNamesTheService(t *testing.T) {
 	}
 	want := []string{"BILLING_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "MIGRATE_ON_START", "BILLING_WORKERS",
 		"BILLING_INBOX_GROUP", "BILLING_INBOX_TX", "BILLING_MAX_ATTEMPTS", "BILLING_RETRY_DELAYS",
-		"INBOX_MIN_RETENTION", "AMQP_REDECLARE_INTERVAL", "BILLING_PREFETCH", "RELAY_USERS"}
+		"INBOX_MIN_RETENTION", "AMQP_REDECLARE_INTERVAL", "AMQP_HEARTBEAT", "BILLING_PREFETCH", "RELAY_USERS"}
 	if !slices.Equal(names, want) {
 		t.Errorf("variables read:\n%v\nwant\n%v", names, want)
 	}
 	if c.DatabaseURL != billing.DatabaseURL || c.HTTPAddr != ":8099" || c.Workers != 3 || c.Prefetch != 12 ||
 		c.InboxGroup != 1 || c.InboxTx != 2 || c.MaxAttempts != 5 || c.MinRetention != 168*time.Hour ||
-		c.RedeclareInterval != 5*time.Second || c.PoolSize() != 7 || c.MigrateOnStart || c.RelayUsers != nil {
+		c.RedeclareInterval != 5*time.Second || c.Heartbeat != 5*time.Second || c.PoolSize() != 7 || c.MigrateOnStart ||
+		c.RelayUsers != nil {
 		t.Errorf("defaults: %+v, pool %d", c, c.PoolSize())
 	}
 
-	_, err := config.Load(getenv(map[string]string{"BILLING_WORKERS": "0", "BILLING_RETRY_DELAYS": "1s,x",
+	_, err := config.Load(getenv(map[string]string{"BILLING_WORKERS": "0", "BILLING_RETRY_DELAYS": "1s,x", "AMQP_HEARTBEAT": "1500ms",
 		"RELAY_USERS": "order=order-relay,billing=x"}), billing.LoadServeConfig)
-	for _, name := range []string{"BILLING_WORKERS", "BILLING_RETRY_DELAYS", "RELAY_USERS"} {
+	for _, name := range []string{"BILLING_WORKERS", "BILLING_RETRY_DELAYS", "AMQP_HEARTBEAT", "RELAY_USERS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("bad %s: %v, want an error naming it", name, err)
 		}

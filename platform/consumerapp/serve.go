@@ -241,13 +241,13 @@ func (d *deps) connectDatabase(ctx context.Context, logger *slog.Logger) (*pgxpo
 // wrapped error for a broker that refuses for good.
 func (d *deps) connectBroker(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) error {
 	conn, err := amqp.DialOptions(ctx, d.cfg.AMQPURL, d.topology, logger,
-		amqp.Options{Name: d.svc.Name, Registerer: reg, RedeclareInterval: d.cfg.RedeclareInterval})
+		amqp.Options{Name: d.svc.Name, Registerer: reg, RedeclareInterval: d.cfg.RedeclareInterval, Heartbeat: d.cfg.Heartbeat})
 	if err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
 	d.broker.Store(conn)
 	retryConn, err := amqp.DialOptions(ctx, d.cfg.AMQPURL, d.topology, logger,
-		amqp.Options{Name: d.svc.Name + "-retry", Registerer: reg, RedeclareInterval: -1})
+		amqp.Options{Name: d.svc.Name + "-retry", Registerer: reg, RedeclareInterval: -1, Heartbeat: d.cfg.Heartbeat})
 	if err != nil {
 		return fmt.Errorf("connect to the broker for retries: %w", err)
 	}

@@ -287,21 +287,26 @@ const headSQL = `SELECT id::text FROM outbox WHERE published_at IS NULL AND key_
 
 // selectBatch takes partition part's batch lock and the shared fence of
 // this partition count for the transaction, checks that lockPID still
-// leads the partition, locks and reads the partition's next batch of at
-// most limit rows in publishing order, and asks the server to end the
-// transaction if it stays idle longer than this batch may take (which is
-// longer than ConfirmTimeout, so the batch lock outlives every send of the
-// batch). It returns errPartitionBusy when another transaction holds the
-// batch lock, errLockLost when the lead lock is gone, and no rows when an
+// leads the partition and that no fence of another count is held, locks
+// and reads the partition's next batch of at most limit rows in publishing
+// order, and asks the server to end the transaction if it stays idle
+// longer than this batch may take (which is longer than ConfirmTimeout, so
+// the batch lock and the fence outlive every send of the batch). It
+// returns errPartitionBusy when another transaction holds the batch lock
+// or a fence of another count (a former leader's batch, with this count
+// or another), errLockLost when the lead lock is gone, and no rows when an
 // older unpublished row of the partition is held by another transaction.
 func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID uint32, limit int) ([]amqp.Message, error) {
 	k := r.keys
 	idleLimit := r.cfg.ConfirmTimeout + 2*finishTimeout
 	b := &pgx.Batch{}
 	b.Queue(batchSettingsSQL, strconv.FormatInt(idleLimit.Milliseconds(), 10))
+	// In this order: the locks are taken before pg_locks is read.
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1::int, $2::int), pg_try_advisory_xact_lock_shared($3::int, $4::int),
 		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $5 AND objsubid = 2
-		  AND database = `+currentDB+` AND classid = $6::bigint::oid AND objid = $2::bigint::oid)`,
+		  AND database = `+currentDB+` AND classid = $6::bigint::oid AND objid = $2::bigint::oid),
+		EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+		  AND database = `+currentDB+` AND classid = $3::bigint::oid AND objid <> $4::bigint::oid)`,
 		k.batch, part, k.fence, k.partitions, int64(lockPID), int64(k.lead))
 	b.Queue(selectBatchSQL, limit, k.partitions, part)
 	b.Queue(headSQL, k.partitions, part)
@@ -310,8 +315,8 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID ui
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("set transaction idle timeout: %w", err)
 	}
-	var batchLock, fence, held bool
-	if err := br.QueryRow().Scan(&batchLock, &fence, &held); err != nil {
+	var batchLock, fence, held, otherCount bool
+	if err := br.QueryRow().Scan(&batchLock, &fence, &held, &otherCount); err != nil {
 		return nil, fmt.Errorf("take the partition's batch lock: %w", err)
 	}
 	rows, err := br.Query()
@@ -334,7 +339,7 @@ func (r *Relay) selectBatch(ctx context.Context, tx pgx.Tx, part int, lockPID ui
 	switch {
 	case !held:
 		return nil, errLockLost
-	case !batchLock || !fence:
+	case !batchLock || !fence || otherCount:
 		return nil, errPartitionBusy
 	}
 	if len(batch) > 0 && head != "" && head != batch[0].MessageID {

@@ -26,9 +26,11 @@ import (
 //   - batch (class, p): taken by each batch transaction of partition p
 //     (transaction level), so two batches of one partition never overlap,
 //     even across a change of leader.
-//   - fence (class, N): taken shared by each batch transaction too, so that
-//     relays with another partition count cannot join while a batch of
-//     this count is still open.
+//   - fence (class, N): taken shared by each batch transaction too, which
+//     then publishes only if no fence of another count is held: a relay
+//     that joined with another count publishes nothing while a batch of a
+//     former leader with the old count (frozen, its lock session ended) is
+//     still open.
 //   - join (class, 0): taken by a joining relay for the length of its join
 //     check, so that two relays with different counts cannot both join.
 type lockKeys struct {
@@ -103,7 +105,10 @@ func (r *Relay) join(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // tryJoin makes conn's session a member, unless relays with another
-// partition count are running, which it then names.
+// partition count are members, which it then names. A relay of another
+// count whose lock session has ended (stopped, or frozen for LockTimeout)
+// is no member, even while a batch transaction of it is still open: this
+// relay joins, and its batches wait for that one to end (selectBatch).
 func (r *Relay) tryJoin(ctx context.Context, conn *pgx.Conn) (why string, err error) {
 	k := r.keys
 	tx, err := conn.Begin(ctx)
@@ -117,8 +122,8 @@ func (r *Relay) tryJoin(ctx context.Context, conn *pgx.Conn) (why string, err er
 	var others []int64
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(array_agg(DISTINCT objid::bigint ORDER BY objid::bigint), '{}')
 		FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND database = `+currentDB+`
-		  AND classid IN ($1::bigint::oid, $2::bigint::oid) AND objid <> $3::bigint::oid`,
-		int64(k.member), int64(k.fence), int64(k.partitions)).Scan(&others); err != nil {
+		  AND classid = $1::bigint::oid AND objid <> $2::bigint::oid`,
+		int64(k.member), int64(k.partitions)).Scan(&others); err != nil {
 		return "", fmt.Errorf("look for other partition counts: %w", err)
 	}
 	if len(others) > 0 {

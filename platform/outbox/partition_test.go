@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,7 +226,7 @@ func TestRelayWaitsForAnOpenBatchOfItsPartition(t *testing.T) {
 }
 
 // A relay configured with another partition count stands by while relays
-// with the old count run (or hold a batch open), and takes over, in order,
+// with the old count run, and takes over, in order,
 // once they are gone: RELAY_PARTITIONS changes without a stop of the
 // order service and without reordering.
 func TestRelayWithAnotherPartitionCountWaitsForTheOldOnes(t *testing.T) {
@@ -275,6 +276,117 @@ func TestRelayWithAnotherPartitionCountWaitsForTheOldOnes(t *testing.T) {
 		t.Fatalf("%d distinct events, want %d", n, written)
 	}
 	t.Logf("%d events over the change, %d deliveries", written, len(got))
+}
+
+// A relay with another partition count takes over from a leader frozen in
+// the middle of its batches, once the frozen leader's lock session has
+// ended (as idle_session_timeout ends it, RelayConfig.LockTimeout after the
+// freeze): it leads every partition while the frozen batches' transactions
+// are still open, publishes nothing until they end (as
+// idle_in_transaction_session_timeout ends them), then everything, each
+// key in order; the frozen leader, woken up, stands by.
+func TestRelayWithAnotherPartitionCountTakesOverFromAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	pool := newOutboxDB(t)
+	topo := testTopology(t)
+	in := consume(t, topo.Queues[0].Name)
+	// Ten keys, five in each partition of two.
+	const keys, perKey = 10, 10
+	var names []string
+	for n := [2]int{}; len(names) < keys; {
+		key := uuid.NewString()
+		if p := KeyHash(key) % 2; n[p] < keys/2 {
+			n[p]++
+			names = append(names, key)
+		}
+	}
+	for seq := range perKey {
+		for _, key := range names {
+			insertKeyed(t, t.Context(), pool, key, seq)
+		}
+	}
+
+	// The old leader, with 2 partitions, freezes once the broker confirmed
+	// its first batch; the other partition's batch waits for the publisher,
+	// which they share. Both batches' transactions stay open.
+	two := fastConfig()
+	two.Partitions = 2
+	two.BatchSize = 10
+	thaw := make(chan struct{})
+	var frozen atomic.Int32
+	pub := &hookedPublisher{Publisher: newPublisher(t, topo), after: func(int) {
+		frozen.Add(1)
+		<-thaw
+	}}
+	old := newTestRelay(t, pool, pub, two)
+	start(t, old)
+	var thawOnce sync.Once
+	t.Cleanup(func() { thawOnce.Do(func() { close(thaw) }) })
+	eventually(t, "the old leader freezes", func() bool { return frozen.Load() == 1 })
+	got := drain(in, 500*time.Millisecond) // what it sent before it froze
+	if len(got) < two.BatchSize {
+		t.Fatalf("%d messages sent before the freeze, want %d at least", len(got), two.BatchSize)
+	}
+	// Events of other keys that committed late, with older timestamps: the
+	// oldest unpublished rows of the new partitions are free to take.
+	const late = 8
+	lateKeys := make([]string, late)
+	for i := range lateKeys {
+		lateKeys[i] = uuid.NewString()
+		insertKeyed(t, t.Context(), pool, lateKeys[i], 0)
+	}
+	if _, err := pool.Exec(t.Context(), `UPDATE outbox SET occurred_at = occurred_at - interval '1 hour'
+		WHERE aggregate_key = ANY($1)`, lateKeys); err != nil {
+		t.Fatal(err)
+	}
+	const total = keys*perKey + late
+
+	four := fastConfig()
+	four.Partitions = 4
+	nu := newTestRelay(t, pool, newPublisher(t, topo), four)
+	start(t, nu)
+	time.Sleep(300 * time.Millisecond)
+	if ps := nu.Partitions(); len(ps) != 0 {
+		t.Fatalf("the relay with 4 partitions leads %v beside a live one with 2", ps)
+	}
+
+	// The frozen leader's lock session ends.
+	ok := false
+	if err := pool.QueryRow(t.Context(), `SELECT bool_and(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::bigint::oid AND objid = 2
+		AND database = `+currentDB, int64(old.keys.member)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("end the old leader's lock session: %v %v", ok, err)
+	}
+	ended := time.Now()
+	for len(nu.Partitions()) != 4 {
+		if time.Since(ended) > 10*time.Second {
+			t.Fatalf("the relay with 4 partitions leads %v 10 s after the frozen one's lock session ended (LockRetry %v)",
+				nu.Partitions(), four.LockRetry)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the relay with 4 partitions led them all %v after the frozen one's lock session ended",
+		time.Since(ended).Round(time.Millisecond))
+
+	// While the frozen batches are open it publishes nothing.
+	if early := drain(in, 500*time.Millisecond); len(early) != 0 || countUnpublished(t, pool) != total {
+		t.Fatalf("%d messages sent, %d rows marked while the frozen leader's batches were open",
+			len(early), total-countUnpublished(t, pool))
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT bool_and(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::bigint::oid AND objid = 2
+		AND database = `+currentDB, int64(old.keys.fence)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("end the frozen leader's batch transactions: %v %v", ok, err)
+	}
+	eventually(t, "all rows marked", func() bool { return countUnpublished(t, pool) == 0 })
+	thawOnce.Do(func() { close(thaw) })
+	got = append(got, drain(in, 500*time.Millisecond)...)
+	if n := checkKeyOrder(t, got); n != total {
+		t.Fatalf("%d distinct events, want %d", n, total)
+	}
+	if ps := old.Partitions(); len(ps) != 0 || testutil.ToFloat64(old.m.published) != 0 {
+		t.Fatalf("the woken leader leads %v and marked %v rows", ps, testutil.ToFloat64(old.m.published))
+	}
 }
 
 func TestPlanConvergesToAnEvenShare(t *testing.T) {

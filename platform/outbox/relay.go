@@ -61,7 +61,9 @@ type RelayConfig struct {
 	// relay at a time and published in order on its own; the relays of one
 	// database share the partitions. Every relay of a database must use the
 	// same value: a relay that finds relays with another value running
-	// stands by until they are gone (docs/operations.md, "Changing
+	// stands by until they are gone, or their lock sessions are (a frozen
+	// one's ends after LockTimeout), and then publishes nothing while a
+	// batch of theirs is still open (docs/operations.md, "Changing
 	// RELAY_PARTITIONS"). At most MaxPartitions.
 	Partitions int
 	// BatchSize is the largest number of rows of one partition read,
@@ -222,7 +224,9 @@ func (p amqpPublisher) Stream(ctx context.Context, timeout time.Duration) Stream
 //     transaction outlives the batch's publishing deadline (ConfirmTimeout)
 //     by 20 s (idle_in_transaction_session_timeout), and no message is sent
 //     after that deadline, so a frozen leader that wakes up sends nothing
-//     the new leader could overtake.
+//     the new leader could overtake. After a change of Partitions, each
+//     batch also checks that no batch of another count is open (the fence
+//     locks), so the same holds across the change.
 //   - Bounded transactions: a batch's transaction lives for at most
 //     ConfirmTimeout plus a few seconds of database work; the server ends it
 //     too if the process hangs.

@@ -11,9 +11,10 @@ import (
 	"example.com/shop/platform/backoff"
 )
 
-// errPartitionBusy means a batch transaction of the partition is still open
-// elsewhere (a former leader's): this leader waits for it to end.
-var errPartitionBusy = errors.New("another batch of the partition is still open")
+// errPartitionBusy means a batch transaction that may hold rows of the
+// partition is still open elsewhere (a former leader's, of the partition or
+// of another partition count): this leader waits for it to end.
+var errPartitionBusy = errors.New("a former leader's batch is still open")
 
 // batchesPerTx caps the batches one transaction of a partition publishes
 // and marks: a crash between a send and the commit publishes at most this

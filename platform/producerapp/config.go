@@ -42,9 +42,13 @@ type Service struct {
 //
 //	<P>DATABASE_URL        PostgreSQL URL of the service's database (default Service.DatabaseURL)
 //	AMQP_URL               RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
+//	AMQP_HEARTBEAT         heartbeat timeout proposed to the broker, whole seconds (default 5s;
+//	                       amqp.Options.Heartbeat)
 //	HTTP_ADDR              address of /healthz, /readyz and /metrics (default Service.RelayHTTPAddr)
 //	RELAY_PARTITIONS       outbox partitions, each led by one relay and published in order on its
-//	                       own; every relay of one database must use the same value (default 1)
+//	                       own; every relay of one database must use the same value: one with
+//	                       another value joins once the others' lock sessions have ended
+//	                       (default 1)
 //	RELAY_BATCH_SIZE       rows per batch of one partition (default 500)
 //	RELAY_POLL_INTERVAL    wait without NOTIFY before looking anyway; first wait after a failed batch (default 1s)
 //	RELAY_MAX_BACKOFF      cap of the doubling wait between attempts after failed batches (default 10s)
@@ -62,6 +66,7 @@ type Service struct {
 type RelayConfig struct {
 	DatabaseURL string
 	AMQPURL     string
+	Heartbeat   time.Duration
 	HTTPAddr    string
 	LogLevel    slog.Level
 	Relay       outbox.RelayConfig
@@ -74,6 +79,7 @@ func (s Service) LoadRelayConfig(env *config.Env) RelayConfig {
 	c := RelayConfig{
 		DatabaseURL: pg.URLFromEnv(env, s.EnvPrefix+"DATABASE_URL", s.DatabaseURL),
 		AMQPURL:     amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
+		Heartbeat:   amqp.HeartbeatFromEnv(env, "AMQP_HEARTBEAT"),
 		HTTPAddr:    env.String("HTTP_ADDR", s.RelayHTTPAddr),
 		LogLevel:    logging.LevelFromEnv(env),
 		// Declaring a queue with a dead-letter exchange needs the right to read it.
@@ -104,6 +110,7 @@ func (c RelayConfig) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
 		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
+		slog.Duration("heartbeat", c.Heartbeat),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Int("partitions", c.Relay.Partitions),

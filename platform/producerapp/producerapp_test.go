@@ -49,7 +49,7 @@ func varsOf[C any](t *testing.T, load func(*config.Env) C) []string {
 // TestCommandsNameTheService: the service's own variable carries its prefix,
 // the shared ones do not, and the defaults are the service's.
 func TestCommandsNameTheService(t *testing.T) {
-	relay := []string{"STOCK_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "RELAY_DECLARE_QUEUES",
+	relay := []string{"STOCK_DATABASE_URL", "AMQP_URL", "AMQP_HEARTBEAT", "HTTP_ADDR", "LOG_LEVEL", "RELAY_DECLARE_QUEUES",
 		"RELAY_PARTITIONS", "RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_MAX_BACKOFF", "RELAY_CONFIRM_TIMEOUT",
 		"RELAY_STALL_TIMEOUT", "RELAY_LOCK_RETRY", "RELAY_LOCK_TIMEOUT", "RELAY_LOCK_KEEPALIVE"}
 	if got := varsOf(t, stock.LoadRelayConfig); !slices.Equal(got, relay) {

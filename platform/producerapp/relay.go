@@ -93,7 +93,7 @@ func (s Service) runRelay(ctx context.Context, getenv func(string) string, stder
 		}
 		db.Store(pool)
 		topo := Topology(cfg.DeclareQueues)
-		conn, err := amqp.Dial(ctx, cfg.AMQPURL, topo, logger)
+		conn, err := amqp.DialOptions(ctx, cfg.AMQPURL, topo, logger, amqp.Options{Heartbeat: cfg.Heartbeat})
 		if err != nil {
 			return nil, err
 		}
