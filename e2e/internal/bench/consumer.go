@@ -394,18 +394,26 @@ FROM processed_event WHERE processed_at >= $1`, since).Scan(&done, &first, &last
 	}
 }
 
-// queueEvents publishes n placed events straight to queue (through the
-// default exchange), with confirms, after declaring the default topology;
-// traced ones carry a sampled traceparent of a trace of their own, as the
-// relay would send it.
+// queueEvents publishes n placed events straight to queue, with confirms, after
+// declaring the default topology: through the queue's copies exchange, each
+// carrying the origin a relay's message has (app.events, the user of amqpURL),
+// as a retried copy would (docs/architecture.md, rule 8); traced ones carry a
+// sampled traceparent of a trace of their own, as the relay would send it.
 func queueEvents(ctx context.Context, amqpURL, queue string, n int, e *env, traced bool) error {
 	msgs, err := placedMessages(n)
 	if err != nil {
 		return err
 	}
-	if traced {
-		for i := range msgs {
-			msgs[i].Headers = amqp091.Table{contracts.HeaderTraceparent: randomTraceparent()}
+	uri, err := amqp091.ParseURI(amqpURL)
+	if err != nil {
+		return err
+	}
+	origin := amqp.Origin{Exchange: contracts.Exchange, UserID: uri.Username}
+	for i := range msgs {
+		msgs[i].Headers = amqp091.Table{}
+		origin.Stamp(msgs[i].Headers)
+		if traced {
+			msgs[i].Headers[contracts.HeaderTraceparent] = randomTraceparent()
 		}
 	}
 	conn, err := amqp.Dial(ctx, amqpURL, shopTopology(), e.logger)
@@ -413,7 +421,7 @@ func queueEvents(ctx context.Context, amqpURL, queue string, n int, e *env, trac
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	pub := amqp.NewPublisher(conn, "")
+	pub := amqp.NewPublisher(conn, amqp.CopiesExchange(queue))
 	defer func() { _ = pub.Close() }()
 	for i := range msgs {
 		msgs[i].RoutingKey = queue

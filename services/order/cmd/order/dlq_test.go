@@ -61,9 +61,13 @@ func TestDLQReplayDryRunSaysStale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ch.PublishWithContext(ctx, "", contracts.QueueOrderDLQ, true, false, amqp091.Publishing{
+		// As order's consumer dead-letters a copy: through its own exchange, with
+		// the origin it read (stock's relay, through app.events).
+		headers := amqp091.Table{}
+		amqp.Origin{Exchange: contracts.Exchange}.Stamp(headers)
+		if err := ch.PublishWithContext(ctx, amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrderDLQ, true, false, amqp091.Publishing{
 			MessageId: env.EventID.String(), Type: env.EventName, ContentType: "application/json",
-			DeliveryMode: amqp091.Persistent, Body: body,
+			DeliveryMode: amqp091.Persistent, Body: body, Headers: headers,
 		}); err != nil {
 			t.Fatal(err)
 		}
