@@ -49,9 +49,12 @@ func TestForgedAnswerIsDeadLettered(t *testing.T) {
 		return ""
 	})
 	var reason string
-	if err := s.dbs.Order.QueryRow(ctx, `SELECT reason FROM dead_letter WHERE message_key = $1`, env.EventID.String()).Scan(&reason); err != nil {
-		t.Fatalf("dead_letter of the forged answer: %v", err)
-	}
+	eventually(t, "the forged answer's dead letter recorded", func() string {
+		if err := s.dbs.Order.QueryRow(ctx, `SELECT reason FROM dead_letter WHERE message_key = $1`, env.EventID.String()).Scan(&reason); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
 	if !strings.Contains(reason, "unauthenticated") || !strings.Contains(reason, "stock-relay") {
 		t.Errorf("dead letter reason %q; want it to name the user_id stock-relay it lacked", reason)
 	}

@@ -250,7 +250,9 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 	}
 	refused("stock", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
 	refused("stock-relay", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
-	refused("shipping", "publishing stock's answer", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, ""))
+	for _, user := range []string{"order", "shipping"} {
+		refused(user, "publishing stock's answer", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, ""))
+	}
 
 	// What each needs, it may: a relay publishes its own events under its own
 	// user_id, a consumer its copies through its own exchange.

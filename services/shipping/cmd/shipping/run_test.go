@@ -37,7 +37,7 @@ func TestServe(t *testing.T) {
 		"SHIPPING_WORKERS":      "2",
 		"SHIPPING_RETRY_DELAYS": "50ms,100ms",
 	}
-	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":9}`) {
+	if out := servetest.Migrate(t, run, "shipping", vars); !strings.Contains(out, `"msg":"database is up to date","service":"shipping-migrate"`) || !strings.Contains(out, `"applied":10}`) {
 		t.Errorf("migrate said %q", out)
 	}
 	srv := servetest.Start(t, run, "shipping", vars)

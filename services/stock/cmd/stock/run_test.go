@@ -66,7 +66,7 @@ func TestServe(t *testing.T) {
 				"STOCK_INBOX_GROUP":  group,
 				"STOCK_RETRY_DELAYS": "50ms,100ms",
 			}
-			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":11}`) {
+			if out := servetest.Migrate(t, run, "stock", vars); !strings.Contains(out, `"msg":"database is up to date","service":"stock-migrate"`) || !strings.Contains(out, `"applied":12}`) {
 				t.Errorf("migrate said %q", out)
 			}
 			srv := servetest.Start(t, run, "stock", vars)
@@ -158,7 +158,7 @@ func TestMigrate(t *testing.T) {
 	// migrate logs JSON as stock-migrate: each migration applied, then the outcome.
 	got := servetest.Migrate(t, run, "stock", vars)
 	for _, want := range []string{`"msg":"migration applied","service":"stock-migrate","set":"inbox","version":1,`,
-		`"set":"inbox","version":2,`, `"set":"dead_letter","version":1,`, `"set":"dead_letter","version":2,`, `"set":"outbox","version":2,`, `"set":"stock","version":2,`, `"set":"stock","version":41,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":11}`} {
+		`"set":"inbox","version":2,`, `"set":"inbox","version":3,`, `"set":"dead_letter","version":1,`, `"set":"dead_letter","version":2,`, `"set":"outbox","version":2,`, `"set":"stock","version":2,`, `"set":"stock","version":41,`, `"msg":"database is up to date","service":"stock-migrate","database":`, `"applied":12}`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("first migrate logged %s, want %s", got, want)
 		}
