@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,7 +33,8 @@ type demo struct {
 	api  *system.Client
 	dbs  check.DBs
 	logs []*os.File
-	lock *pgx.Conn // holds the demo's lock on the PostgreSQL server (claimServer)
+	lock *pgx.Conn           // holds the demo's lock on the PostgreSQL server (claimServer)
+	env  map[string][]string // each process's own role and broker user (processEnv)
 
 	first        system.Order // the order followed through every table
 	raceProduct  string       // the product of 5 units the race is about
@@ -57,15 +60,15 @@ func (d *demo) stop() {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	d.ui.plain("shop demo: order, stock and shipping with their relays on real PostgreSQL and RabbitMQ")
+	d.ui.plain("shop demo: %s with their relays on real PostgreSQL and RabbitMQ", strings.Join(serviceNames(), ", "))
 	steps := []struct {
 		title string
 		fn    func(context.Context) error
 	}{
 		{"check that PostgreSQL and RabbitMQ answer", d.servers},
 		{"fresh databases and vhost", d.fresh},
-		{"migrate the three databases", d.migrate},
-		{"start order-api, the relays, stock, shipping and the auditor", d.start},
+		{"migrate every service's database", d.migrate},
+		{"start every service, a relay per producer and the auditor", d.start},
 		{"one order, followed through every service and back", d.oneOrder},
 		{"20 orders placed by 8 clients at once", d.concurrent},
 		{"double click: the same order placed twice at the same moment", d.doubleClick},
@@ -95,7 +98,7 @@ func (d *demo) run(ctx context.Context) error {
 		d.ui.plain("  order API: POST http://%s/orders", d.sys.OrderAPI.Addr)
 		d.ui.plain("  live page: http://%s/", d.sys.Auditor.Addr)
 		d.ui.plain("  dead letters: STOCK_DATABASE_URL='%s' AMQP_URL='%s' bin/stock dlq list",
-			d.srv.stockURL, d.srv.amqpURL)
+			d.srv.dbURLs[contracts.ConsumerStock], d.srv.amqpURL)
 		<-ctx.Done()
 	}
 	d.ui.plain("stopping the processes")
@@ -103,35 +106,38 @@ func (d *demo) run(ctx context.Context) error {
 }
 
 func (d *demo) servers(ctx context.Context) error {
-	if err := ensureServers(ctx, d.ui.w, []string{d.s.orderDB, d.s.stockDB, d.s.shipDB}, d.s.amqpURL); err != nil {
+	var dbs, hosts []string
+	for _, svc := range contracts.Services() {
+		dbs = append(dbs, d.s.dbServers[svc.Name])
+		if h := hostOf(d.s.dbServers[svc.Name]); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	if err := ensureServers(ctx, d.ui.w, dbs, d.s.amqpURL); err != nil {
 		return err
 	}
-	d.ui.say("PostgreSQL at %s and RabbitMQ at %s answer", hostOf(d.s.orderDB), hostOf(d.s.amqpURL))
+	d.ui.say("PostgreSQL at %s and RabbitMQ at %s answer", strings.Join(hosts, ", "), hostOf(d.s.amqpURL))
 	return nil
 }
 
 func (d *demo) fresh(ctx context.Context) error {
 	var err error
-	if d.lock, err = claimServer(ctx, d.s.orderDB, demoLockKey); err != nil {
+	if d.lock, err = claimServer(ctx, d.s.dbServers[contracts.ProducerOrder], demoLockKey); err != nil {
 		return err
 	}
-	for _, db := range []struct {
-		server, name string
-		dst          *string
-	}{
-		{d.s.orderDB, "demo_orders", &d.srv.orderURL},
-		{d.s.stockDB, "demo_stock", &d.srv.stockURL},
-		{d.s.shipDB, "demo_shipping", &d.srv.shippingURL},
-	} {
-		if *db.dst, err = databaseURL(db.server, db.name); err != nil {
-			return err
-		}
-		if err := recreateDatabase(ctx, *db.dst); err != nil {
-			return err
-		}
+	if d.srv.dbURLs, err = demoDatabases(d.s.dbServers); err != nil {
+		return err
 	}
-	d.ui.say("dropped demo_orders, demo_stock and demo_shipping (migrate creates them again)")
-	if err := applyRoles(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL); err != nil {
+	var urls, names []string
+	for _, svc := range contracts.Services() {
+		u := d.srv.dbURLs[svc.Name]
+		if err := recreateDatabase(ctx, u); err != nil {
+			return err
+		}
+		urls, names = append(urls, u), append(names, "demo_"+svc.Database)
+	}
+	d.ui.say("dropped %s (migrate creates them again)", strings.Join(names, ", "))
+	if err := applyRoles(ctx, urls...); err != nil {
 		return err
 	}
 	d.ui.say("applied %s: the roles the processes run as", rolesSQL)
@@ -160,19 +166,26 @@ func (d *demo) migrate(ctx context.Context) error {
 	if err := os.MkdirAll(d.s.logDir, 0o755); err != nil {
 		return err
 	}
+	roles, err := readRoles(rolesSQL)
+	if err != nil {
+		return err
+	}
+	if d.env, err = processEnv(d.srv.dbURLs, d.srv.userURLs, roles); err != nil {
+		return err
+	}
+	auditor := map[string]string{}
+	for name, u := range d.srv.dbURLs {
+		auditor[name] = urlAs(u, "auditor")
+	}
 	sys, err := system.New(system.Config{
-		BinDir:  d.s.binDir,
-		DBURLs:  map[string]string{"order": d.srv.orderURL, "stock": d.srv.stockURL, "shipping": d.srv.shippingURL},
-		AMQPURL: d.srv.amqpURL,
-		Addrs:   d.addrs(),
-		Auditor: true,
-		AuditorDBURLs: map[string]string{
-			"order":    urlAs(d.srv.orderURL, "auditor"),
-			"stock":    urlAs(d.srv.stockURL, "auditor"),
-			"shipping": urlAs(d.srv.shippingURL, "auditor"),
-		},
-		ProcessEnv: d.processEnv(),
-		Env:        d.tracingEnv(),
+		BinDir:        d.s.binDir,
+		DBURLs:        d.srv.dbURLs,
+		AMQPURL:       d.srv.amqpURL,
+		Addrs:         d.addrs(),
+		Auditor:       true,
+		AuditorDBURLs: auditor,
+		ProcessEnv:    d.env,
+		Env:           d.tracingEnv(),
 	})
 	if err != nil {
 		return err
@@ -189,8 +202,12 @@ func (d *demo) migrate(ctx context.Context) error {
 		return err
 	}
 	d.sys, d.api = sys, sys.Client()
-	d.ui.say("bin/order migrate, bin/stock migrate, bin/shipping migrate: done")
-	d.dbs, err = check.Open(ctx, d.srv.orderURL, d.srv.stockURL, d.srv.shippingURL)
+	var done []string
+	for _, svc := range contracts.Services() {
+		done = append(done, "bin/"+svc.Name+" migrate")
+	}
+	d.ui.say("%s: done", strings.Join(done, ", "))
+	d.dbs, err = check.OpenAll(ctx, d.srv.dbURLs)
 	return err
 }
 
@@ -218,61 +235,98 @@ func (d *demo) tracingEnv() []string {
 }
 
 // processEnv runs each process under its own role, as docker-compose.yml and
-// deploy/k8s do: order serve as order_api, each relay as <producer>_relay, stock
-// as stock_app, shipping as shipping_app (the auditor as auditor: AuditorDBURLs);
-// and, in a fresh vhost, every process as the broker user of its name. The relays
-// may not declare the consumers' queues then: the consumers declare them, and
-// start before any order.
-func (d *demo) processEnv() map[string][]string {
+// deploy/k8s do: each service's serve as <service>_api when deploy/postgres/roles.sql
+// (roles) has that role (order_api), else as <service>_app (stock_app), each relay
+// as <producer>_relay (the auditor as auditor: AuditorDBURLs); and, with userURLs
+// (a fresh vhost, by broker user), every relay and consumer as the broker user of
+// its name, the consumers accepting each producer's events from its relay's user
+// only (RELAY_USERS). The relays may not declare the consumers' queues then: the
+// consumers declare them, and start before any order. It fails on a role roles
+// lacks.
+func processEnv(dbURLs, userURLs map[string]string, roles map[string]bool) (map[string][]string, error) {
 	env := map[string][]string{
-		"order":       {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_api")},
-		"order-relay": {"ORDER_DATABASE_URL=" + urlAs(d.srv.orderURL, "order_relay")},
-		"stock":       {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_app")},
-		"stock-relay": {"STOCK_DATABASE_URL=" + urlAs(d.srv.stockURL, "stock_relay")},
-		"shipping":    {"SHIPPING_DATABASE_URL=" + urlAs(d.srv.shippingURL, "shipping_app")},
 		// A short grace: the demo's events arrive within a second, and its
 		// final question to the auditor should not wait long.
 		"auditor": {"AUDIT_INTERVAL=500ms", "AUDIT_GRACE=3s"},
 	}
-	if u := d.srv.userURLs; u != nil {
-		for _, p := range contracts.Producers() {
-			relay := system.RelayName(p.Name)
-			env[relay] = append(env[relay], "AMQP_URL="+u[relay], "RELAY_DECLARE_QUEUES=false")
+	as := func(process, service, role string) error {
+		if !roles[role] {
+			return fmt.Errorf("%s: no role %s for %s", rolesSQL, role, process)
 		}
-		for _, c := range contracts.Consumers() {
-			env[c.Name] = append(env[c.Name], "AMQP_URL="+u[c.Name], "RELAY_USERS="+contracts.RelayUsers())
+		env[process] = append(env[process], dbVar(service)+"="+urlAs(dbURLs[service], role))
+		return nil
+	}
+	for _, svc := range contracts.Services() {
+		role := roleName(svc.Name) + "_api"
+		if !roles[role] {
+			role = roleName(svc.Name) + "_app"
+		}
+		if err := as(svc.Name, svc.Name, role); err != nil {
+			return nil, err
 		}
 	}
-	return env
-}
-
-// runsAs says which database role and broker user each process runs as.
-func (d *demo) runsAs() string {
-	broker := func(user string) string {
-		if d.srv.userURLs == nil {
-			return ""
+	for _, p := range contracts.Producers() {
+		relay := system.RelayName(p.Name)
+		if err := as(relay, p.Name, roleName(p.Name)+"_relay"); err != nil {
+			return nil, err
 		}
-		return "+" + user
+		if userURLs != nil {
+			env[relay] = append(env[relay], "AMQP_URL="+userURLs[relay], "RELAY_DECLARE_QUEUES=false")
+		}
 	}
-	return "order-api as order_api" + broker("order") + ", order-relay as order_relay" + broker("order-relay") +
-		", stock as stock_app" + broker("stock") + ", stock-relay as stock_relay" + broker("stock-relay") +
-		", shipping as shipping_app" + broker("shipping") + ", auditor as auditor (read-only)"
+	for _, c := range contracts.Consumers() {
+		if userURLs != nil {
+			env[c.Name] = append(env[c.Name], "AMQP_URL="+userURLs[c.Name], "RELAY_USERS="+contracts.RelayUsers())
+		}
+	}
+	return env, nil
 }
 
-// standardAddrs are the ports the README's examples use.
-var standardAddrs = map[string]string{
-	"order": "127.0.0.1:8081", "stock": "127.0.0.1:8082", "shipping": "127.0.0.1:8083", "order-relay": "127.0.0.1:8084",
-	"auditor": "127.0.0.1:8085", "stock-relay": "127.0.0.1:8087",
+// roleName is the prefix of a service's database roles: its name with "_" for "-".
+func roleName(service string) string { return strings.ReplaceAll(service, "-", "_") }
+
+// runsAs says which database role and broker user each of procs runs as, from
+// its variables in env (processEnv): "order as order_api+order, ...".
+func runsAs(procs []*system.Process, env map[string][]string) string {
+	var out []string
+	for _, p := range procs {
+		var who []string
+		for _, kv := range env[p.Name] {
+			k, v, _ := strings.Cut(kv, "=")
+			if u, err := url.Parse(v); (k == "AMQP_URL" || strings.HasSuffix(k, "_DATABASE_URL")) && err == nil && u.User != nil {
+				who = append(who, u.User.Username())
+			}
+		}
+		if p.Name == "auditor" {
+			who = []string{"auditor (read-only)"}
+		}
+		if len(who) > 0 {
+			out = append(out, p.Name+" as "+strings.Join(who, "+"))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// standardAddrs are the ports the README's examples use: each service's own
+// (contracts.Service.HTTPAddr), the auditor's and the shop's relays'.
+func standardAddrs() map[string]string {
+	addrs := map[string]string{"auditor": "127.0.0.1:8085", "order-relay": "127.0.0.1:8084", "stock-relay": "127.0.0.1:8087"}
+	for _, svc := range contracts.Services() {
+		addrs[svc.Name] = "127.0.0.1" + svc.HTTPAddr
+	}
+	return addrs
 }
 
 // addrs returns the standard ports when the system is kept running and all
 // of them are free, so that the README's curl examples work against it;
-// otherwise nil (free ports chosen by the harness).
+// otherwise nil (free ports chosen by the harness). A relay without a standard
+// port gets a free one either way.
 func (d *demo) addrs() map[string]string {
 	if !d.s.keep {
 		return nil
 	}
-	for _, addr := range standardAddrs {
+	addrs := standardAddrs()
+	for _, addr := range addrs {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			d.ui.say("port %s is taken, so the processes get free ports instead", addr)
@@ -280,7 +334,7 @@ func (d *demo) addrs() map[string]string {
 		}
 		ln.Close()
 	}
-	return standardAddrs
+	return addrs
 }
 
 func (d *demo) start(ctx context.Context) error {
@@ -290,7 +344,7 @@ func (d *demo) start(ctx context.Context) error {
 	for _, p := range d.sys.All() {
 		d.ui.say("%-11s %-6s ready on http://%s", p.Name, p.Args[0], p.Addr)
 	}
-	d.ui.say("roles (PostgreSQL+RabbitMQ): %s", d.runsAs())
+	d.ui.say("roles (PostgreSQL+RabbitMQ): %s", runsAs(d.sys.All(), d.env))
 	d.ui.say("their logs: %s", filepath.Join(d.s.logDir, "*.log"))
 	d.ui.say("live page: http://%s/  (open it now to watch the orders go by)", d.sys.Auditor.Addr)
 	return nil
@@ -693,14 +747,35 @@ func (d *demo) release(ctx context.Context) error {
 	return nil
 }
 
-// duplicates returns inbox_duplicates_total of stock and shipping.
-func (d *demo) duplicates(ctx context.Context) (float64, float64, error) {
-	st, err := d.sys.Stock.Metric(ctx, "inbox_duplicates_total", nil)
-	if err != nil {
-		return 0, 0, err
+// duplicates returns inbox_duplicates_total of every consumer, by name.
+func (d *demo) duplicates(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, c := range contracts.Consumers() {
+		n, err := d.sys.Process(c.Name).Metric(ctx, "inbox_duplicates_total", nil)
+		if err != nil {
+			return nil, err
+		}
+		out[c.Name] = n
 	}
-	sh, err := d.sys.Shipping.Metric(ctx, "inbox_duplicates_total", nil)
-	return st, sh, err
+	return out, nil
+}
+
+// serviceNames returns the names of contracts.Services.
+func serviceNames() []string {
+	var names []string
+	for _, svc := range contracts.Services() {
+		names = append(names, svc.Name)
+	}
+	return names
+}
+
+// consumerNames returns the names of cs.
+func consumerNames(cs []contracts.Consumer) []string {
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return names
 }
 
 func (d *demo) duplicate(ctx context.Context) error {
@@ -711,7 +786,7 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, d.first.ID, co
 	}
 	var keysBefore int
 	_ = d.dbs.Stock.QueryRow(ctx, `SELECT count(*) FROM processed_event`).Scan(&keysBefore)
-	st0, sh0, err := d.duplicates(ctx)
+	before, err := d.duplicates(ctx)
 	if err != nil {
 		return err
 	}
@@ -727,14 +802,16 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, d.first.ID, co
 	}
 	d.dupsInjected++
 	d.ui.say("published event %s (%s of order %s) to %s again%s, by hand", short(id), name, short(d.first.ID), contracts.Exchange, who)
-	var st1, sh1 float64
+	receivers := contracts.ConsumersOf(name)
+	var after map[string]float64
 	if err := waitFor(ctx, "duplicate counted", func() string {
-		st1, sh1, err = d.duplicates(ctx)
-		if err != nil {
+		if after, err = d.duplicates(ctx); err != nil {
 			return err.Error()
 		}
-		if st1 <= st0 || sh1 <= sh0 {
-			return "not yet"
+		for _, c := range receivers {
+			if after[c.Name] <= before[c.Name] {
+				return c.Name + " has not counted it yet"
+			}
 		}
 		return ""
 	}); err != nil {
@@ -747,8 +824,12 @@ WHERE envelope->'payload'->>'order_id' = $1 AND event_name = $2`, d.first.ID, co
 		return err
 	}
 	rs = system.Held(rs)
-	d.ui.say("stock and shipping found its event_id in processed_event and skipped it")
-	d.ui.say("inbox_duplicates_total: stock %v -> %v, shipping %v -> %v", st0, st1, sh0, sh1)
+	var counts []string
+	for _, c := range receivers {
+		counts = append(counts, fmt.Sprintf("%s %v -> %v", c.Name, before[c.Name], after[c.Name]))
+	}
+	d.ui.say("%s found its event_id in processed_event and skipped it", strings.Join(consumerNames(receivers), ", "))
+	d.ui.say("inbox_duplicates_total: %s", strings.Join(counts, ", "))
 	d.ui.say("stock processed_event rows %d -> %d; the cancelled order still holds %d reservations", keysBefore, keysAfter, len(rs))
 	return nil
 }
@@ -760,22 +841,31 @@ func (d *demo) poison(ctx context.Context) error {
 	}
 	d.poisonSent++
 	d.ui.say("published a message with routing key %s whose body fails the schema", contracts.EventOrderPlaced)
+	receivers := contracts.ConsumersOf(contracts.EventOrderPlaced)
+	var dlqs []string
+	for _, c := range receivers {
+		dlqs = append(dlqs, c.DeadLetterQueue)
+	}
 	var depths map[string]int
 	if err := waitFor(ctx, "dead-lettered", func() string {
 		var err error
-		depths, err = system.QueueDepths(ctx, d.srv.amqpURL, contracts.QueueStockDLQ, contracts.QueueShippingDLQ)
-		if err != nil {
+		if depths, err = system.QueueDepths(ctx, d.srv.amqpURL, dlqs...); err != nil {
 			return err.Error()
 		}
-		if depths[contracts.QueueStockDLQ] < d.poisonSent || depths[contracts.QueueShippingDLQ] < d.poisonSent {
-			return fmt.Sprint(depths)
+		for _, q := range dlqs {
+			if depths[q] < d.poisonSent {
+				return fmt.Sprint(depths)
+			}
 		}
 		return ""
 	}); err != nil {
 		return err
 	}
-	d.ui.say("both consumers rejected it at once, no retry loop: %s %d, %s %d",
-		contracts.QueueStockDLQ, depths[contracts.QueueStockDLQ], contracts.QueueShippingDLQ, depths[contracts.QueueShippingDLQ])
+	var got []string
+	for _, q := range dlqs {
+		got = append(got, fmt.Sprintf("%s %d", q, depths[q]))
+	}
+	d.ui.say("every consumer of %s rejected it at once, no retry loop: %s", contracts.EventOrderPlaced, strings.Join(got, ", "))
 	return nil
 }
 
@@ -862,7 +952,7 @@ func (d *demo) settle(ctx context.Context) error {
 	d.ui.say("no order is left placed: each is confirmed, rejected or cancelled; every confirmed order has")
 	d.ui.say("each line reserved exactly once, no rejected or cancelled order holds any, no product is oversold")
 	d.ui.say("(held = reserved <= on hand); shipping has every order at the order's own version, ready exactly")
-	d.ui.say("for the confirmed ones; both outboxes are all published, and every consumer processed each event")
+	d.ui.say("for the confirmed ones; every outbox is all published, and every consumer processed each event")
 	d.ui.say("it receives exactly once")
 	return nil
 }
@@ -882,15 +972,24 @@ func (d *demo) summary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dupSt, dupSh, err := d.duplicates(ctx)
+	dups, err := d.duplicates(ctx)
 	if err != nil {
 		return err
 	}
-	dead, queued := 0, 0
+	dead, queued, dupTotal := 0, 0, 0.0
+	var perConsumer []row
+	var dupNotes, deadNotes []string
 	for _, c := range contracts.Consumers() {
 		dead += depths[c.DeadLetterQueue]
 		queued += depths[c.Queue]
+		dupTotal += dups[c.Name]
+		dupNotes = append(dupNotes, fmt.Sprintf("%s %.0f", c.Name, dups[c.Name]))
+		deadNotes = append(deadNotes, fmt.Sprintf("%s %d", c.Name, depths[c.DeadLetterQueue]))
+		perConsumer = append(perConsumer, row{"events processed by " + c.Name, itoa(r.Processed[c.Name]),
+			fmt.Sprintf("%.0f duplicates skipped, %d dead-lettered, %d still queued; processed_event keys of %s",
+				dups[c.Name], depths[c.DeadLetterQueue], depths[c.Queue], eventsNote(c.Events))})
 	}
+	poisoned := len(contracts.ConsumersOf(contracts.EventOrderPlaced))
 	lost := r.Lost + (r.OutboxEvents - r.OutboxPublished)
 	var reasons []string
 	for reason, n := range r.Rejections {
@@ -901,7 +1000,7 @@ func (d *demo) summary(ctx context.Context) error {
 	if !r.OK() {
 		verdict = fmt.Sprintf("FAILED (%d)", len(r.Problems)+r.MoreProblems)
 	}
-	d.ui.table([]row{
+	rows := []row{
 		{"orders placed", itoa(r.Placed()), "every order that left draft"},
 		{"orders confirmed", itoa(r.Orders["confirmed"]), "stock held every line"},
 		{"orders rejected", itoa(r.Orders["rejected"]), strings.Join(reasons, ", ")},
@@ -911,16 +1010,17 @@ func (d *demo) summary(ctx context.Context) error {
 			r.OutboxEvents-r.Events[contracts.EventStockReservationConfirmed]-r.Events[contracts.EventStockReservationRejected],
 			r.Events[contracts.EventStockReservationConfirmed]+r.Events[contracts.EventStockReservationRejected])},
 		{"events published", itoa(r.OutboxPublished), "confirmed by the broker, published_at set"},
-		{"events processed by stock", itoa(r.Processed[contracts.ConsumerStock]), "processed_event keys: placed, cancelled"},
-		{"events processed by shipping", itoa(r.Processed[contracts.ConsumerShipping]), "processed_event keys: every order event"},
-		{"events processed by order", itoa(r.Processed[contracts.ConsumerOrder]), "processed_event keys: stock's answers"},
+	}
+	rows = append(rows, perConsumer...)
+	rows = append(rows, []row{
 		{"reservations held", itoa(r.ReservedLines), "the lines of the confirmed orders"},
 		{"tracked products", itoa(r.Products), "none oversold: held = reserved <= on hand"},
 		{"shipments", fmt.Sprintf("%d", r.Shipments["pending"]+r.Shipments["ready"]+r.Shipments["cancelled"]),
 			fmt.Sprintf("%d pending, %d ready, %d cancelled", r.Shipments["pending"], r.Shipments["ready"], r.Shipments["cancelled"])},
-		{"duplicates skipped", fmt.Sprintf("%.0f", dupSt+dupSh), fmt.Sprintf("stock %.0f + shipping %.0f", dupSt, dupSh)},
-		{"", "", duplicatesNote(dupSt, dupSh, d.dupsInjected)},
-		{"dead-lettered", itoa(dead), fmt.Sprintf("the poison message, once per consumer (%d sent)", d.poisonSent)},
+		{"duplicates skipped", fmt.Sprintf("%.0f", dupTotal), strings.Join(dupNotes, " + ")},
+		{"", "", duplicatesNote(dups, d.dupsInjected)},
+		{"dead-lettered", itoa(dead), fmt.Sprintf("%s: the poison message, once per consumer of %s (%d sent)",
+			strings.Join(deadNotes, " + "), contracts.EventOrderPlaced, d.poisonSent)},
 		{"unroutable", itoa(depths[contracts.UnroutableQueue]), contracts.UnroutableQueue},
 		{"still queued", itoa(queued), strings.Join(queueNames, " + ")},
 		{"double reservations", itoa(r.DoubleReserved), ""},
@@ -928,7 +1028,8 @@ func (d *demo) summary(ctx context.Context) error {
 		{"lost", itoa(lost), "events never published or never processed"},
 		{"unaccounted (auditor)", itoa(d.auditReport.UnaccountedTotal), fmt.Sprintf("GET /audit after checking %d published events", d.auditReport.Audited)},
 		{"invariants", verdict, ""},
-	})
+	}...)
+	d.ui.table(rows)
 	var errs []error
 	if !r.OK() {
 		errs = append(errs, fmt.Errorf("invariants broken:\n%s", r))
@@ -939,8 +1040,8 @@ func (d *demo) summary(ctx context.Context) error {
 	if lost != 0 || queued != 0 {
 		errs = append(errs, fmt.Errorf("%d events lost, %d still queued", lost, queued))
 	}
-	if dead != 2*d.poisonSent {
-		errs = append(errs, fmt.Errorf("%d messages dead-lettered, want %d (the poison messages only)", dead, 2*d.poisonSent))
+	if dead != poisoned*d.poisonSent {
+		errs = append(errs, fmt.Errorf("%d messages dead-lettered, want %d (the poison messages only)", dead, poisoned*d.poisonSent))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w\nthe processes' logs are in %s", err, d.s.logDir)
@@ -948,6 +1049,20 @@ func (d *demo) summary(ctx context.Context) error {
 	d.ui.plain("\n  lost = 0, unaccounted = 0, no double reservation, nothing applied twice, nothing oversold. Logs: %s",
 		filepath.Join(d.s.logDir, "*.log"))
 	return nil
+}
+
+// eventsNote names events without their producer and version:
+// "order placed, order cancelled" for order.order.placed.v1 and order.order.cancelled.v1.
+func eventsNote(events []string) string {
+	var out []string
+	for _, e := range events {
+		parts := strings.Split(e, ".")
+		if len(parts) == 4 {
+			e = parts[1] + " " + parts[2]
+		}
+		out = append(out, e)
+	}
+	return strings.Join(out, ", ")
 }
 
 func itoa(n int) string { return fmt.Sprintf("%d", n) }

@@ -5,11 +5,13 @@
 // cancel releasing a unit that a later order gets). `make demo` builds the
 // binaries into bin/ and runs it.
 //
-// It uses the servers of ORDER_DATABASE_URL, STOCK_DATABASE_URL,
-// SHIPPING_DATABASE_URL and AMQP_URL (or the local defaults), but never their
-// databases: each run drops and re-creates the databases demo_orders,
-// demo_stock and demo_shipping on those servers, and the RabbitMQ vhost
-// shop-demo, so that every run starts clean and leaves the real ones alone.
+// It runs every service of the registry (contracts.Services): each one's serve,
+// a relay per producer, each under its own database role and broker user. It uses
+// the servers of each service's <NAME>_DATABASE_URL (ORDER_DATABASE_URL, ...) and
+// AMQP_URL (or the local defaults), but never their databases: each run drops
+// and re-creates demo_<database> for each service (demo_orders, demo_stock,
+// demo_shipping, ...) on those servers, and the RabbitMQ vhost shop-demo, so
+// that every run starts clean and leaves the real ones alone.
 // When the servers do not answer and `docker compose` is available it runs
 // `docker compose up -d postgres rabbitmq` first.
 //
@@ -20,7 +22,7 @@
 // The processes' logs go to .demo/logs/<process>.log. The exit code is 1 when
 // any end-to-end invariant fails. Flags:
 //
-//	-bin DIR     directory of the order, stock, shipping and auditor binaries (default bin)
+//	-bin DIR     directory of the binaries, one per service and the auditor (default bin)
 //	-orders N    orders placed during the relay crash (default 300)
 //	-keep        keep the system running after the summary, until Ctrl-C
 //	-logs DIR    where the processes' logs go (default .demo/logs)
@@ -35,8 +37,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"example.com/shop/contracts"
 )
 
 func main() {
@@ -62,14 +67,14 @@ func (e usageError) Error() string { return e.msg }
 
 // settings are the demo's flags and environment.
 type settings struct {
-	binDir  string
-	logDir  string
-	orders  int
-	keep    bool
-	orderDB string // server URLs as configured; the demo swaps the database names
-	stockDB string
-	shipDB  string
-	amqpURL string
+	binDir string
+	logDir string
+	orders int
+	keep   bool
+	// dbServers are the database URLs as configured, by service name
+	// (contracts.Services); the demo swaps the database names.
+	dbServers map[string]string
+	amqpURL   string
 	// otlpEndpoint is OTEL_EXPORTER_OTLP_ENDPOINT, which the processes inherit.
 	otlpEndpoint string
 }
@@ -78,7 +83,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	var s settings
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&s.binDir, "bin", "bin", "directory of the order, stock and shipping binaries")
+	fs.StringVar(&s.binDir, "bin", "bin", "directory of the binaries, one per service and the auditor")
 	fs.StringVar(&s.logDir, "logs", filepath.Join(".demo", "logs"), "directory for the processes' logs")
 	fs.IntVar(&s.orders, "orders", 300, "orders placed while the relay crashes")
 	fs.BoolVar(&s.keep, "keep", false, "keep the system running after the summary, until Ctrl-C")
@@ -99,12 +104,15 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 		}
 		return def
 	}
-	s.orderDB = env("ORDER_DATABASE_URL", "postgres://postgres@localhost:5432/orders?sslmode=disable")
-	s.stockDB = env("STOCK_DATABASE_URL", "postgres://postgres@localhost:5432/stock?sslmode=disable")
-	s.shipDB = env("SHIPPING_DATABASE_URL", "postgres://postgres@localhost:5432/shipping?sslmode=disable")
+	s.dbServers = map[string]string{}
+	bins := []string{"auditor"}
+	for _, svc := range contracts.Services() {
+		s.dbServers[svc.Name] = env(dbVar(svc.Name), "postgres://postgres@localhost:5432/"+svc.Database+"?sslmode=disable")
+		bins = append(bins, svc.Name)
+	}
 	s.amqpURL = env("AMQP_URL", "amqp://guest:guest@localhost:5672/")
 	s.otlpEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	for _, b := range []string{"order", "stock", "shipping", "auditor"} {
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(s.binDir, b)); err != nil {
 			return s, fmt.Errorf("binary %s not found in %s: run `make build` first (or `make demo`)", b, s.binDir)
 		}
@@ -120,6 +128,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	d := &demo{s: s, ui: newUI(stdout, 0)}
 	defer d.stop()
 	return d.run(ctx)
+}
+
+// dbVar is the variable of service's database URL: ORDER_DATABASE_URL.
+func dbVar(service string) string {
+	return strings.ToUpper(strings.ReplaceAll(service, "-", "_")) + "_DATABASE_URL"
 }
 
 // maxWait bounds every wait of the demo for the system to catch up.

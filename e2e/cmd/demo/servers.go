@@ -8,12 +8,14 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"example.com/shop/contracts"
 	"example.com/shop/platform/testkit/rabbitadmin"
 )
 
@@ -26,10 +28,25 @@ const (
 
 // servers are the PostgreSQL and RabbitMQ the demo runs on.
 type servers struct {
-	orderURL, stockURL, shippingURL string            // the demo databases, as their owner
-	amqpURL                         string            // the demo vhost (or the configured one), as AMQP_URL's user
-	userURLs                        map[string]string // the demo vhost as order-relay, stock, shipping; nil without one
-	vhostNote                       string            // how the vhost was obtained, for the user
+	dbURLs    map[string]string // the demo database of each service, by name, as its owner
+	amqpURL   string            // the demo vhost (or the configured one), as AMQP_URL's user
+	userURLs  map[string]string // the demo vhost as each relay and consumer, by user name; nil without one
+	vhostNote string            // how the vhost was obtained, for the user
+}
+
+// demoDatabases returns the URL of each service's demo database, by service name:
+// demo_<its database> (contracts.Service.Database) on the server of its URL in
+// dbServers. It fails on a service of the registry dbServers has no valid URL for.
+func demoDatabases(dbServers map[string]string) (map[string]string, error) {
+	urls := map[string]string{}
+	for _, svc := range contracts.Services() {
+		u, err := databaseURL(dbServers[svc.Name], "demo_"+svc.Database)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dbVar(svc.Name), err)
+		}
+		urls[svc.Name] = u
+	}
+	return urls, nil
 }
 
 // databaseURL returns u with its database replaced by name.
@@ -103,7 +120,7 @@ func ensureServers(ctx context.Context, out io.Writer, dbURLs []string, amqpURL 
 	}
 	if exec.CommandContext(ctx, "docker", "compose", "version").Run() != nil {
 		return fmt.Errorf("%s\nstart PostgreSQL and RabbitMQ first (for example `docker compose up -d postgres rabbitmq`),\n"+
-			"or point ORDER_DATABASE_URL, STOCK_DATABASE_URL, SHIPPING_DATABASE_URL and AMQP_URL at running servers",
+			"or point each service's <NAME>_DATABASE_URL (ORDER_DATABASE_URL, ...) and AMQP_URL at running servers",
 			strings.Join(p, "\n"))
 	}
 	fmt.Fprintln(out, "  running `docker compose up -d postgres rabbitmq` ...")
@@ -240,6 +257,20 @@ func applyRoles(ctx context.Context, dbURLs ...string) error {
 		}
 	}
 	return nil
+}
+
+// readRoles returns the roles the file at path (rolesSQL) creates: every quoted
+// lower-case name in it.
+func readRoles(path string) (map[string]bool, error) {
+	sql, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	roles := map[string]bool{}
+	for _, m := range regexp.MustCompile(`'([a-z0-9_]+)'`).FindAllStringSubmatch(string(sql), -1) {
+		roles[m[1]] = true
+	}
+	return roles, nil
 }
 
 // urlAs returns dbURL with its user set to role and no password (local trust

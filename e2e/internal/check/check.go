@@ -18,11 +18,15 @@ import (
 	"example.com/shop/contracts"
 )
 
-// DBs are open pools on the order, stock and shipping databases.
+// DBs are open pools on the order, stock and shipping databases, and on the
+// database of every other service of the registry (OpenAll).
 type DBs struct {
 	Order    *pgxpool.Pool
 	Stock    *pgxpool.Pool
 	Shipping *pgxpool.Pool
+	// Added holds the pools of the registry's services besides order, stock and
+	// shipping, by service name (contracts.Services); nil after Open.
+	Added map[string]*pgxpool.Pool
 }
 
 // Close closes the pools that are set.
@@ -32,17 +36,23 @@ func (d DBs) Close() {
 			p.Close()
 		}
 	}
+	for _, p := range d.Added {
+		p.Close()
+	}
 }
 
 // Of returns the pool on the database of service, a service of the registry
-// (contracts.Services), and an error for a service DBs holds no pool for (a
-// service added to the registry needs its pool here).
+// (contracts.Services), and an error for a service DBs holds no pool for (Open
+// opens order's, stock's and shipping's; OpenAll every service's).
 func (d DBs) Of(service string) (*pgxpool.Pool, error) {
 	p := map[string]*pgxpool.Pool{
 		contracts.ProducerOrder:    d.Order,
 		contracts.ConsumerStock:    d.Stock,
 		contracts.ConsumerShipping: d.Shipping,
 	}[service]
+	if p == nil {
+		p = d.Added[service]
+	}
 	if p == nil {
 		return nil, fmt.Errorf("check: no database pool for service %q of the registry", service)
 	}
@@ -63,6 +73,32 @@ func Open(ctx context.Context, orderURL, stockURL, shippingURL string) (DBs, err
 	if d.Shipping, err = pgxpool.New(ctx, shippingURL); err != nil {
 		d.Close()
 		return DBs{}, fmt.Errorf("open shipping db: %w", err)
+	}
+	return d, nil
+}
+
+// OpenAll connects to the database of every service of the registry, urls
+// holding each one's URL by service name. It fails, closing what it opened, when
+// a URL is missing or a pool cannot be made.
+func OpenAll(ctx context.Context, urls map[string]string) (DBs, error) {
+	for _, s := range contracts.Services() {
+		if urls[s.Name] == "" {
+			return DBs{}, fmt.Errorf("check: no database URL for service %q of the registry", s.Name)
+		}
+	}
+	d, err := Open(ctx, urls[contracts.ProducerOrder], urls[contracts.ConsumerStock], urls[contracts.ConsumerShipping])
+	if err != nil {
+		return DBs{}, err
+	}
+	d.Added = map[string]*pgxpool.Pool{}
+	for _, s := range contracts.Services() {
+		if _, err := d.Of(s.Name); err == nil {
+			continue
+		}
+		if d.Added[s.Name], err = pgxpool.New(ctx, urls[s.Name]); err != nil {
+			d.Close()
+			return DBs{}, fmt.Errorf("open %s db: %w", s.Name, err)
+		}
 	}
 	return d, nil
 }
