@@ -18,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test drills unit e2e lint demo bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
+.PHONY: all build test drills unit e2e lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
 
 all: lint test
 
@@ -76,6 +76,13 @@ lint:
 demo: build
 	$(GO) build -trimpath -o bin/demo ./e2e/cmd/demo
 	bin/demo $(if $(KEEP),-keep)
+
+## screenshot: docs/auditor.png, the live page of a running `make demo KEEP=1` (its auditor on
+## :8085) in headless Chromium; ORDER=<order id> opens that order's journey beside the table
+CHROMIUM  ?= $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+screenshot:
+	$(CHROMIUM) --headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=5000 \
+	  --window-size=1920,1080 --screenshot=docs/auditor.png 'http://localhost:8085/$(if $(ORDER),#order=$(ORDER))'
 
 ## bench: throughput and latency benchmarks; writes bench/out/latest.json
 bench: build
