@@ -38,7 +38,8 @@ var allowed = map[string]string{
 // the fork, and there `go build` and `go vet` of every module of go.work, the
 // boundary test, the tests of contracts and of the platform packages that need no
 // server, billing's and ledger's own tests, the registry and Kubernetes tests of
-// e2e, and the end-to-end check in which the auditor reports every consumer, billing
+// e2e and the demo's (its databases, processes, roles and broker users), and the
+// end-to-end check in which the auditor reports every consumer, billing
 // and ledger included, processing every event of an order, and counts none of any
 // producer's events, ledger's included, unaccounted.
 func TestForkThenAddAService(t *testing.T) {
@@ -121,7 +122,7 @@ func TestForkThenAddAService(t *testing.T) {
 	// receives it has processed it: so ledger's relay has published it.
 	t.Run("the auditor sees billing and ledger receive every event", func(t *testing.T) {
 		runIn(t, filepath.Join(dir, "e2e"), "go", "test", "-count=1", "-run",
-			"FollowsTheRegistry|TestKubernetesManifests|TestComposeHA|TestKubernetesHA|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".")
+			"FollowsTheRegistry|TestKubernetesManifests|TestComposeHA|TestKubernetesHA|TestAuditorSeesEveryConsumerReceiveEveryEvent", ".", "./cmd/demo")
 	})
 }
 
