@@ -110,7 +110,7 @@ func parse(t *testing.T, out string) stats {
 // trail.txt in dir, logs its path and last lines, and returns it.
 func trail(ctx context.Context, t *testing.T, dir string, c check) string {
 	t.Helper()
-	args := append(append([]string{"-t", "-p", "-g", "-l"}, c.defines...), "journey.pml")
+	args := append(append([]string{"-t", "-p"}, c.defines...), "journey.pml")
 	out := run(ctx, t, dir, "spin", args...)
 	path := filepath.Join(dir, "trail.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
