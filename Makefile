@@ -18,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test drills unit e2e lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
+.PHONY: all build test drills unit e2e model lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
 
 all: lint test
 
@@ -48,20 +48,32 @@ unit:
 e2e: tools build
 	$(GO) test -race -count=1 -timeout 15m -v ./e2e/...
 
-## tools: what the tests need besides Go and the servers, both system packages:
-## Chromium (the live page's tests) and promtool (the alert rules' tests). Installed
+## model: check model/journey.pml with spin: the model holds, every mutant is refuted (docs/model.md)
+model:
+	@command -v spin >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing: spin gcc (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends spin gcc libc6-dev >/dev/null; \
+	else echo "make model needs spin and gcc: sudo apt-get install -y spin gcc" >&2; exit 1; fi
+	$(GO) test -count=1 -v -timeout 10m -run 'TestModel' ./e2e/model/
+
+## tools: what the tests need besides Go and the servers, all system packages:
+## Chromium (the live page's tests), promtool (the alert rules' tests), spin and a
+## C compiler (the model's check, docs/model.md). Installed
 ## when make runs as root on Debian or Ubuntu, else make stops and prints the command.
 tools:
 	@missing=; \
 	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  command -v google-chrome >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v spin >/dev/null 2>&1 || missing="$$missing spin"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing:$$missing (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	else \
-	  echo "The tests need Chromium and promtool. Install them, then run make test again:" >&2; \
+	  echo "The tests need Chromium, promtool, spin and gcc. Install them, then run make test again:" >&2; \
 	  echo "  sudo apt-get install -y$$missing    (Debian, Ubuntu)" >&2; \
 	  exit 1; \
 	fi
