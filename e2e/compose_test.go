@@ -66,8 +66,10 @@ func TestComposeFile(t *testing.T) {
 	}
 	// The auditor builds one database variable per service of the registry and one
 	// metrics variable per consumer, so its source holds no literal to scan for.
+	// The demo reads <NAME>_DATABASE_URL of every service of the registry, the same way.
 	for _, svc := range contracts.Services() {
 		shopNames["AUDITOR_"+strings.ToUpper(svc.Name)+"_DATABASE_URL"] = true
+		read["demo"][strings.ToUpper(svc.Name)+"_DATABASE_URL"] = true
 	}
 	for _, c := range contracts.Consumers() {
 		shopNames["AUDITOR_"+strings.ToUpper(c.Name)+"_METRICS_URL"] = true
