@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/testkit"
 )
 
 // contractEvent is a valid order-placed envelope, as the relay publishes it.
@@ -168,5 +170,59 @@ func TestIdentifyReadsAsTheStrictDecoder(t *testing.T) {
 	mixed := []byte(`{"event_id":"` + id.String() + `","Event_ID":"` + other.String() + `","event_name":"x","occurred_at":"2026-01-02T03:04:05.000Z"}`)
 	if got := Identify(mixed, "m", "t"); got.EventID != id || got.EventName != "x" {
 		t.Errorf("event_id and Event_ID: Identify %+v, want event_id %s", got, id)
+	}
+}
+
+// TestReplayForceVouchesForTheOrigin: a message dead-lettered for its origin (here
+// sent straight to the queue, not through the exchange) is refused by replay, and
+// replay --force sends it as from its producer's relay (Config.Vouch), so the
+// consumer applies it instead of dead-lettering it again (docs/architecture.md,
+// rule 8; docs/operations.md, "Database roles and broker users").
+func TestReplayForceVouchesForTheOrigin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	pubs := inbox.Publishers{Exchange: f.topo.Exchange}
+	applied := make(chan string, 2)
+	f.consumeWith(t, func(_ context.Context, d amqp.Delivery) error {
+		if err := pubs.Check(testKey, d.Origin); err != nil {
+			return fmt.Errorf("%w: %w", amqp.ErrPermanent, err)
+		}
+		applied <- d.MessageID
+		return nil
+	})
+	f.cfg.Check = func(d amqp091.Delivery) error {
+		return pubs.Check(testKey, amqp.OriginOf(f.cfg.Queue, d.Exchange, d.UserId, d.Headers))
+	}
+	f.cfg.Vouch = pubs.Vouched
+
+	id, m := event(time.Now())
+	conn, err := amqp091.Dial(testkit.AMQPURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", f.cfg.Queue, false, false, amqp091.Publishing{
+		MessageId: m.MessageID, Type: m.Type, Body: m.Body}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
+
+	if out, err := f.run(t, "replay", id.String()); err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, "unauthenticated") {
+		t.Fatalf("replay = %q, %v; want refused as unauthenticated", out, err)
+	}
+	if out, err := f.run(t, "replay", "--force", id.String()); err != nil || !strings.HasPrefix(out, "replayed") {
+		t.Fatalf("replay --force = %q, %v", out, err)
+	}
+	select {
+	case got := <-applied:
+		if got != id.String() {
+			t.Fatalf("applied %s, want %s", got, id)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the forced replay was not applied")
 	}
 }

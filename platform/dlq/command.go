@@ -48,6 +48,12 @@ type Config struct {
 	// replay, --dry-run included, refuses without --force a message it fails, which
 	// the consumer would dead-letter again at once, and says why.
 	Check Check `json:"-"`
+	// Vouch, when set, is the origin (amqp.Origin) the consumer accepts for an event
+	// of this name (inbox.Publishers.Vouched): replay --force sends a message with it,
+	// so an operator who has read a message can vouch for it (one dead-lettered for
+	// its origin, such as a relay that ran as the wrong user, or one recorded before
+	// origins were). Without it a message keeps its own origin.
+	Vouch func(eventName string) amqp.Origin `json:"-"`
 	// Stale, when set, is the service's own word on a valid event its inbox has not
 	// seen: replay reports an event it calls stale as "stale: will change nothing"
 	// (and replays it, closing the dead letter).
@@ -168,7 +174,7 @@ func subcommands(cfg Config, stdout io.Writer, do func(run func(s *session) erro
 		Summary: "put dead letters back in the service's queue from their record, x-attempt reset",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&dryRun, "dry-run", false, "say what would happen, change nothing")
-			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again, and a dropped ID (undropped first, in the same transaction)")
+			fs.BoolVar(&force, "force", false, "also messages older than the inbox purge horizon, without an event_id, or that the consumer would dead-letter again (sent as from their producer's relay: --force vouches for their origin), and a dropped ID (undropped first, in the same transaction)")
 			fs.BoolVar(&all, "all", false, "every message")
 		},
 		Env: cfg.Env,

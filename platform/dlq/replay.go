@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
@@ -221,7 +222,7 @@ func (s *session) replayLocked(ctx context.Context, w io.Writer, key string, c *
 	if err != nil || !act {
 		return err
 	}
-	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, s.cfg.Queue, true)); err != nil {
+	if err := s.publish(ctx, s.cfg.Queue, s.replayCopy(m, force)); err != nil {
 		return err
 	}
 	if s.cfg.pause > 0 {
@@ -280,7 +281,7 @@ func (s *session) unrecorded(ctx context.Context, w io.Writer, key string, c *co
 	if err != nil || !act {
 		return err
 	}
-	if err := s.publish(ctx, s.cfg.Queue, copyOf(m.Delivery, s.cfg.Queue, true)); err != nil {
+	if err := s.publish(ctx, s.cfg.Queue, s.replayCopy(m, force)); err != nil {
 		return err
 	}
 	if err := s.ack(c, inQueue); err != nil {
@@ -339,6 +340,16 @@ func (s *session) decide(ctx context.Context, w io.Writer, tx pgx.Tx, m *Message
 		settled()
 	}
 	return act, settled, nil
+}
+
+// replayCopy is m as replay sends it back to the queue (copyOf), with the origin
+// the consumer accepts for its event when force and Config.Vouch are set.
+func (s *session) replayCopy(m *Message, force bool) amqp091.Publishing {
+	msg := copyOf(m.Delivery, s.cfg.Queue, true)
+	if force && s.cfg.Vouch != nil {
+		s.cfg.Vouch(m.EventName).Stamp(msg.Headers)
+	}
+	return msg
 }
 
 // copyNote says where a replayed message comes from.

@@ -49,6 +49,17 @@ func (p Publishers) Check(eventName string, o amqp.Origin) error {
 	return nil
 }
 
+// Vouched returns the origin Check accepts for an event named eventName: Exchange
+// and the relay user Users names for its producer ("" when Users names none, which
+// Check then does not ask for). `dlq replay --force` sends a message with it.
+func (p Publishers) Vouched(eventName string) amqp.Origin {
+	o := amqp.Origin{Exchange: p.Exchange}
+	if prod, ok := contracts.ProducerOf(eventName); ok {
+		o.UserID = p.Users[prod.Name]
+	}
+	return o
+}
+
 // ParseRelayUsers parses RELAY_USERS, "producer=user,..." such as
 // "order=order-relay,stock=stock-relay": every producer a name of the registry
 // (contracts.Producers), each named once, every user non-empty. An empty raw

@@ -303,7 +303,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}, []string{"consumer"}),
 		unknownDead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delivery_dead_lettered_unknown_messages",
-			Help: "Open dead letters of the consumer whose message no producer's outbox holds (forged, published by hand, or purged from its outbox); awaiting a decision.",
+			Help: "Open dead letters of the consumer whose message no producer's outbox holds (forged, published by hand, or purged from its outbox); awaiting a decision (counted among the oldest 1000 open ones).",
 		}, []string{"consumer"}),
 		unanswered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delivery_unanswered_orders",
