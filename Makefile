@@ -50,7 +50,7 @@ e2e: tools build
 
 ## model: check model/journey.pml with spin: the model holds, every mutant is refuted (docs/model.md)
 model:
-	@command -v spin >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 || \
+	@command -v spin >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && [ -e /usr/include/stdio.h ] || \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing: spin gcc (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends spin gcc libc6-dev >/dev/null; \
@@ -68,6 +68,7 @@ tools:
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v spin >/dev/null 2>&1 || missing="$$missing spin"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	[ -e /usr/include/stdio.h ] || missing="$$missing libc6-dev"; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing:$$missing (apt-get)"; \
