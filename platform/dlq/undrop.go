@@ -129,6 +129,9 @@ ORDER BY resolved_at IS NULL DESC, dead_lettered_at DESC, id DESC FOR UPDATE`, s
 			return u, fmt.Errorf("dlq: read the inbox key of %s: %w", key, err)
 		}
 		note = "no inbox key (dropped before drops wrote one, or purged)"
+		if all[0].identity().EventID == uuid.Nil {
+			note = "no inbox key (a message without an event_id has none)"
+		}
 	}
 	if _, err := tx.Exec(qctx, `UPDATE dead_letter SET resolved_at = NULL, resolution = NULL WHERE id = ANY($1)`, ids); err != nil {
 		return u, fmt.Errorf("dlq: reopen %s: %w", key, err)
@@ -164,6 +167,9 @@ func (s *session) undrop(ctx context.Context, w io.Writer, ids []string, dryRun 
 			refused++
 		case "reopened":
 			note += "; open again: `dlq replay " + key + "` applies it, and so would a later copy"
+			if u.recs[0].identity().EventID == uuid.Nil {
+				note = u.note + "; open again: `dlq replay` refuses it (no event_id), `dlq drop` closes it"
+			}
 			if dryRun {
 				_ = u.tx.Rollback(ctx)
 				u.verb = "would reopen"
