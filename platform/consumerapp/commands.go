@@ -137,11 +137,12 @@ func (s Service) DLQCommand(getenv func(string) string, stdout, stderr io.Writer
 			if err != nil {
 				return err
 			}
+			pubs := Publishers(cfg.RelayUsers)
 			return dlq.Run(ctx, dlq.Config{
 				Consumer: s.Name, Queue: c.Queue, DeadLetterQueue: c.DeadLetterQueue,
 				DatabaseURL: cfg.DatabaseURL, AMQPURL: cfg.AMQPURL, Horizon: cfg.MinRetention,
-				Check:  dlq.ContractCheck(validator, c, Publishers(cfg.RelayUsers)),
-				Vouch:  Publishers(cfg.RelayUsers).Vouched,
+				Check:  dlq.ContractCheck(validator, c, pubs),
+				Vouch:  pubs.Vouched,
 				Stale:  s.Stale,
 				Logger: logging.New(stderr, cfg.LogLevel, s.Name+"-dlq"),
 				Env:    func(env *config.Env) { s.LoadDLQConfig(env) },

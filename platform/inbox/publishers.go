@@ -2,7 +2,7 @@ package inbox
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"example.com/shop/contracts"
@@ -68,14 +68,18 @@ func ParseRelayUsers(raw string) (map[string]string, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
 	}
+	var producers []string
+	for _, p := range contracts.Producers() {
+		producers = append(producers, p.Name)
+	}
 	users := map[string]string{}
 	for _, pair := range strings.Split(raw, ",") {
 		prod, user, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || prod == "" || user == "" {
 			return nil, fmt.Errorf("%q is not producer=user", pair)
 		}
-		if !isProducer(prod) {
-			return nil, fmt.Errorf("%q is no producer of the registry (%s)", prod, producerNames())
+		if !slices.Contains(producers, prod) {
+			return nil, fmt.Errorf("%q is no producer of the registry (%s)", prod, strings.Join(producers, ", "))
 		}
 		if _, dup := users[prod]; dup {
 			return nil, fmt.Errorf("producer %s is named twice", prod)
@@ -83,24 +87,6 @@ func ParseRelayUsers(raw string) (map[string]string, error) {
 		users[prod] = user
 	}
 	return users, nil
-}
-
-func isProducer(name string) bool {
-	for _, p := range contracts.Producers() {
-		if p.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-func producerNames() string {
-	var names []string
-	for _, p := range contracts.Producers() {
-		names = append(names, p.Name)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
 }
 
 // WithPublishers makes HandleDelivery dead-letter at once, before any database
