@@ -15,7 +15,6 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
 )
 
 // contractEvent is a valid order-placed envelope, as the relay publishes it.
@@ -196,17 +195,10 @@ func TestReplayForceVouchesForTheOrigin(t *testing.T) {
 	f.cfg.Vouch = pubs.Vouched
 
 	id, m := event(time.Now())
-	conn, err := amqp091.Dial(testkit.AMQPURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.PublishWithContext(t.Context(), "", f.cfg.Queue, false, false, amqp091.Publishing{
-		MessageId: m.MessageID, Type: m.Type, Body: m.Body}); err != nil {
+	pub := amqp.NewPublisher(f.conn, "")
+	defer pub.Close()
+	if err := pub.Publish(t.Context(), f.cfg.Queue, amqp091.Publishing{
+		MessageId: m.MessageID, Type: m.Type, Body: m.Body}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the dead letter", func() bool { return f.depth(t, f.cfg.DeadLetterQueue) == 1 })
