@@ -689,16 +689,24 @@ func settle(ctx context.Context, log *slog.Logger, op string, err error) {
 	}
 }
 
-// retryCopy is d, consumed from queue, as a new persistent message with
-// header = attempt and d's origin in its headers (OriginOf). It has no user_id:
-// the broker would refuse another user's, and the origin travels in the
-// headers, which only the consuming service writes (CopiesExchange).
+// retryCopy is CopyOf d with header = attempt.
 func retryCopy(d *amqp091.Delivery, queue, header string, attempt int) amqp091.Publishing {
+	msg := CopyOf(d, queue)
+	msg.Headers[header] = int32(attempt)
+	return msg
+}
+
+// CopyOf is d, consumed from queue or from its dead-letter queue, as a new
+// persistent message: body, properties and headers as they are, with d's origin
+// in its headers (OriginOf) and no user_id: the broker would refuse another
+// user's, and the origin travels in the headers, which only the consuming
+// service writes (CopiesExchange). Retry, dead-letter and replayed copies are
+// made with it (docs/architecture.md, rule 8).
+func CopyOf(d *amqp091.Delivery, queue string) amqp091.Publishing {
 	headers := make(amqp091.Table, len(d.Headers)+3)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
-	headers[header] = int32(attempt)
 	OriginOf(queue, d.Exchange, d.UserId, d.Headers).Stamp(headers)
 	return amqp091.Publishing{
 		Headers:         headers,

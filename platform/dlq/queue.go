@@ -145,24 +145,15 @@ func (s *session) publish(ctx context.Context, queue string, msg amqp091.Publish
 }
 
 // copyOf is d, read from the dead-letter queue of queue or rebuilt from its record,
-// as a new persistent message with d's origin in its headers (amqp.OriginOf) and no
-// user_id, as the consumer's own copies. For a replay the dead-letter headers are
-// removed, which resets the attempt count to 1.
+// as the consumer's own copies are made (amqp.CopyOf), without a per-message TTL. For
+// a replay the dead-letter headers are removed, which resets the attempt count to 1.
 func copyOf(d amqp091.Delivery, queue string, replay bool) amqp091.Publishing {
-	h := make(amqp091.Table, len(d.Headers)+2)
-	for k, v := range d.Headers {
-		h[k] = v
-	}
-	amqp.OriginOf(queue, d.Exchange, d.UserId, d.Headers).Stamp(h)
+	msg := amqp.CopyOf(&d, queue)
+	msg.Expiration = ""
 	if replay {
-		delete(h, amqp.HeaderAttempt)
-		delete(h, amqp.HeaderLastError)
-		delete(h, amqp.HeaderDeadLetteredAt)
+		delete(msg.Headers, amqp.HeaderAttempt)
+		delete(msg.Headers, amqp.HeaderLastError)
+		delete(msg.Headers, amqp.HeaderDeadLetteredAt)
 	}
-	return amqp091.Publishing{
-		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: amqp091.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
-		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-		AppId: d.AppId, Body: d.Body,
-	}
+	return msg
 }
