@@ -18,13 +18,19 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all build test drills unit e2e model lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
+.PHONY: all generate build test drills unit e2e model lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
 
 all: lint test
 
 # VERSION is what `<binary> --version` prints before the Go version.
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X example.com/shop/platform/cli.version=$(VERSION)
+
+## generate: derive every list of services and events from the registry (contracts/registry.go)
+## and the schemas (contracts/schemas): contracts/events.go, the compose files, deploy/, AsyncAPI
+generate:
+	cd contracts && $(GO) generate ./...
+	cd e2e && $(GO) run ./cmd/generate -root ..
 
 ## build: compile bin/<name> for every services/<name>/cmd/<name> (order, stock, shipping, auditor)
 build:

@@ -12,6 +12,8 @@
 // The package imports neither platform/ nor services/.
 package contracts
 
+//go:generate go run ./internal/genevents
+
 // Broker names shared by the relay (publisher) and the consumers (docs/architecture.md, "The flow").
 const (
 	// Exchange is the durable topic exchange every event is published to; the routing key is
@@ -41,28 +43,6 @@ const (
 	QueueOrderDLQ = "order.events.dlq"
 )
 
-// Event names. Each is also the AMQP routing key and message type, and names the payload schema
-// file schemas/<name>.json.
-const (
-	// EventOrderPlaced is emitted when an order moves from draft to placed; its payload is
-	// [OrderPlaced].
-	EventOrderPlaced = "order.order.placed.v1"
-	// EventOrderCancelled is emitted when an order is cancelled; its payload is [OrderCancelled].
-	EventOrderCancelled = "order.order.cancelled.v1"
-	// EventOrderConfirmed is emitted when stock's confirmation moves an order from placed to
-	// confirmed; its payload is [OrderConfirmed].
-	EventOrderConfirmed = "order.order.confirmed.v1"
-	// EventOrderRejected is emitted when stock's rejection moves an order from placed to
-	// rejected; its payload is [OrderRejected].
-	EventOrderRejected = "order.order.rejected.v1"
-	// EventStockReservationConfirmed is stock's answer to [EventOrderPlaced] when it holds
-	// every line of the order; its payload is [StockReservationConfirmed].
-	EventStockReservationConfirmed = "stock.reservation.confirmed.v1"
-	// EventStockReservationRejected is stock's answer to [EventOrderPlaced] when it cannot
-	// hold every line and so holds none; its payload is [StockReservationRejected].
-	EventStockReservationRejected = "stock.reservation.rejected.v1"
-)
-
 // RejectionInsufficientStock is the reason of [EventStockReservationRejected] and of an
 // order's rejection: a tracked product had less available than a line requested.
 const RejectionInsufficientStock = "insufficient_stock"
@@ -76,22 +56,3 @@ const (
 	// SchemaVersion is the envelope schema version set by [NewEnvelope].
 	SchemaVersion = 1
 )
-
-// EventNames returns every event name the contract knows, in a fresh slice the caller may
-// modify. Each has a payload schema and is accepted by [Validator].
-func EventNames() []string {
-	return []string{
-		EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected,
-		EventStockReservationConfirmed, EventStockReservationRejected,
-	}
-}
-
-// knownEvent reports whether name is one of [EventNames].
-func knownEvent(name string) bool {
-	switch name {
-	case EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected,
-		EventStockReservationConfirmed, EventStockReservationRejected:
-		return true
-	}
-	return false
-}

@@ -8,30 +8,30 @@ import (
 	"time"
 )
 
-// fastSchemasSHA256 is the SHA-256 of the schemas fastValid was written for: every
-// file of schemas/, in name order, each name and content without its "$id" line (a
-// schema's name, no rule: a fork renames it, docs/fork.md). NewValidator turns
-// fastValid off when the embedded schemas differ, so a schema change can never be
-// checked by an outdated copy of its rules (TestFastCheckFollowsTheSchemas fails
-// then, as a reminder to update both).
-const fastSchemasSHA256 = "afda39df47fb1003d51091a54066cbfd156ac7445e8538adfc036a37cd544c23"
+// fastSchemasSHA256 is the SHA-256 of the schemas fastValid was written for:
+// envelope.json and the payload schemas of fastEvents, in name order, each name and
+// content without its "$id" line (a schema's name, no rule: a fork renames it,
+// docs/fork.md). The other events, and so the list of names, are the library's, and
+// adding one changes nothing here. NewValidator turns fastValid off when one of these
+// schemas differs, so a schema change can never be checked by an outdated copy of its
+// rules (TestFastCheckFollowsTheSchemas fails then, as a reminder to update both).
+const fastSchemasSHA256 = "32670098e807aec84d7c18c9e1e47fefc25812e8979615157f39075376c78713"
+
+// fastEvents are the events whose payloads fastValid checks.
+var fastEvents = []string{EventOrderCancelled, EventOrderConfirmed, EventOrderPlaced, EventStockReservationConfirmed}
 
 // schemaID matches a schema's "$id" line.
 var schemaID = regexp.MustCompile(`(?m)^[ \t]*"\$id":.*\n`)
 
 // schemasSHA256 returns the hash fastSchemasSHA256 is compared with.
 func schemasSHA256() (string, error) {
-	entries, err := schemaFS.ReadDir("schemas")
-	if err != nil {
-		return "", err
-	}
 	h := sha256.New()
-	for _, e := range entries { // ReadDir sorts by name
-		data, err := schemaFS.ReadFile("schemas/" + e.Name())
+	for _, name := range append([]string{"envelope"}, fastEvents...) { // in name order
+		data, err := schemaFS.ReadFile("schemas/" + name + ".json")
 		if err != nil {
 			return "", err
 		}
-		h.Write([]byte(e.Name()))
+		h.Write([]byte(name + ".json"))
 		h.Write([]byte{0})
 		h.Write(schemaID.ReplaceAll(data, nil))
 		h.Write([]byte{0})

@@ -42,16 +42,16 @@ func (p Producer) Publishes(eventName string) bool {
 	return slices.Contains(p.Events, eventName)
 }
 
-// Producers returns every producer of the contract's events, in a fresh slice the caller may
-// modify: order, publishing the order events, and stock, publishing its answers to placed
-// orders.
+// Producers returns every producer of the registry, the [Services] that publish, in their
+// order, in a fresh slice the caller may modify. A producer's relay user is "<name>-relay".
 func Producers() []Producer {
-	return []Producer{
-		{Name: ProducerOrder, Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected},
-			RelayUser: "order-relay"},
-		{Name: ProducerStock, Events: []string{EventStockReservationConfirmed, EventStockReservationRejected},
-			RelayUser: "stock-relay"},
+	var out []Producer
+	for _, s := range Services() {
+		if len(s.Publishes) > 0 {
+			out = append(out, Producer{Name: s.Name, Events: s.Publishes, RelayUser: s.Name + "-relay"})
+		}
 	}
+	return out
 }
 
 // ProducerOf returns the producer that publishes eventName, and false for an event no
@@ -97,18 +97,17 @@ func (c Consumer) Receives(eventName string) bool {
 	return slices.Contains(c.Events, eventName)
 }
 
-// Consumers returns every consumer of the contract's events, in a fresh slice the caller may
-// modify: stock, reserving for placed orders and releasing for cancelled ones; shipping,
-// following every status of an order; and order, receiving stock's answers.
+// Consumers returns every consumer of the registry, the [Services] that receive, in their
+// order, in a fresh slice the caller may modify. A consumer's queue is "<name>.events" and
+// its dead-letter queue "<name>.events.dlq".
 func Consumers() []Consumer {
-	return []Consumer{
-		{Name: ConsumerStock, Queue: QueueStock, DeadLetterQueue: QueueStockDLQ,
-			Events: []string{EventOrderPlaced, EventOrderCancelled}},
-		{Name: ConsumerShipping, Queue: QueueShipping, DeadLetterQueue: QueueShippingDLQ,
-			Events: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
-		{Name: ConsumerOrder, Queue: QueueOrder, DeadLetterQueue: QueueOrderDLQ,
-			Events: []string{EventStockReservationConfirmed, EventStockReservationRejected}},
+	var out []Consumer
+	for _, s := range Services() {
+		if len(s.Receives) > 0 {
+			out = append(out, Consumer{Name: s.Name, Queue: s.Name + ".events", DeadLetterQueue: s.Name + ".events.dlq", Events: s.Receives})
+		}
 	}
+	return out
 }
 
 // ConsumersOf returns the consumers that receive eventName, in the order of [Consumers]; none
@@ -135,26 +134,56 @@ func ConsumerNamed(name string) (Consumer, bool) {
 }
 
 // Service is one service of the registry, a producer, a consumer or both, with the local
-// defaults its binary uses when its variables are unset.
+// defaults its binary uses when its variables are unset. It is the one declaration of the
+// service: its producer and consumer entries, its queues, users and roles, and every deploy
+// file that lists services are derived from it (`make generate`, docs/architecture.md).
 type Service struct {
-	// Name is the service's name: its folder services/<Name>, its binary bin/<Name> and the
-	// prefix of its variables (<NAME>_DATABASE_URL).
+	// Name is the service's name: its folder services/<Name>, its binary bin/<Name>, the
+	// prefix of its variables (<NAME>_DATABASE_URL), its consumer and producer names.
 	Name string
 	// Database is the name of its PostgreSQL database by default, e.g. "orders".
 	Database string
 	// HTTPAddr is the default listen address of its `serve` (HTTP_ADDR), e.g. ":8081"; its
 	// /metrics is there too.
 	HTTPAddr string
+	// AppRole is the PostgreSQL role of its serve when it is not "<name>_app"
+	// (order's is "order_api"); see [Service.Role].
+	AppRole string
+	// RelayAddr is the default listen address of its `relay` (HTTP_ADDR of the relay, its
+	// health and /metrics), e.g. ":8084"; empty for a service that publishes nothing.
+	RelayAddr string
+	// Publishes are the events it writes to its outbox and its relay publishes: it is a
+	// [Producer] when there is one.
+	Publishes []string
+	// Receives are the events bound to its queue: it is a [Consumer] when there is one.
+	Receives []string
 }
 
-// Services returns every service that [Producers] and [Consumers] name, each once, in a fresh
-// slice the caller may modify: order, stock and shipping.
+// Services returns every service of the registry, in a fresh slice the caller may modify:
+// order, publishing the order events and receiving stock's answers; stock, reserving for
+// placed orders, releasing for cancelled ones and answering placed orders; shipping,
+// following every status of an order.
 func Services() []Service {
 	return []Service{
-		{Name: ProducerOrder, Database: "orders", HTTPAddr: ":8081"},
-		{Name: ConsumerStock, Database: "stock", HTTPAddr: ":8082"},
-		{Name: ConsumerShipping, Database: "shipping", HTTPAddr: ":8083"},
+		{Name: "order", Database: "orders", HTTPAddr: ":8081", AppRole: "order_api", RelayAddr: ":8084",
+			Publishes: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected},
+			Receives:  []string{EventStockReservationConfirmed, EventStockReservationRejected}},
+		{Name: "stock", Database: "stock", HTTPAddr: ":8082", RelayAddr: ":8087",
+			Publishes: []string{EventStockReservationConfirmed, EventStockReservationRejected},
+			Receives:  []string{EventOrderPlaced, EventOrderCancelled}},
+		{Name: "shipping", Database: "shipping", HTTPAddr: ":8083",
+			Receives: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
 	}
+}
+
+// Role returns the PostgreSQL role of one kind of its processes: "app" (its serve),
+// "relay" or "maintenance" (its other commands), as deploy/postgres/roles.sql creates
+// them: "<name>_<kind>" with the name's "-" as "_", or AppRole for "app" when set.
+func (s Service) Role(kind string) string {
+	if kind == "app" && s.AppRole != "" {
+		return s.AppRole
+	}
+	return strings.ReplaceAll(s.Name, "-", "_") + "_" + kind
 }
 
 // ServiceNamed returns the service of [Services] called name, and false when the registry

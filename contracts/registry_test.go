@@ -1,6 +1,7 @@
 package contracts_test
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestRegistryIsConsistent(t *testing.T) {
 		if !roles[s.Name] {
 			t.Errorf("service %s neither produces nor consumes", s.Name)
 		}
-		if got, ok := contracts.ServiceNamed(s.Name); !ok || got != s {
+		if got, ok := contracts.ServiceNamed(s.Name); !ok || !reflect.DeepEqual(got, s) {
 			t.Errorf("ServiceNamed(%s) = %+v, %v", s.Name, got, ok)
 		}
 		delete(roles, s.Name)

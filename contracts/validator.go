@@ -71,7 +71,7 @@ func NewValidator() (*Validator, error) {
 	c.LoadURL = func(url string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("load %s: only embedded schemas are allowed", url)
 	}
-	names := append([]string{"envelope"}, EventNames()...)
+	names := append([]string{"envelope", "event-names"}, EventNames()...)
 	for _, name := range names {
 		data, err := schemaFS.ReadFile("schemas/" + name + ".json")
 		if err != nil {
@@ -81,7 +81,7 @@ func NewValidator() (*Validator, error) {
 			return nil, fmt.Errorf("contracts: add schema %s: %w", name, err)
 		}
 	}
-	v := &Validator{payloads: make(map[string]*jsonschema.Schema, len(names)-1)}
+	v := &Validator{payloads: make(map[string]*jsonschema.Schema, len(EventNames()))}
 	sum, err := schemasSHA256()
 	if err != nil {
 		return nil, fmt.Errorf("contracts: hash schemas: %w", err)
