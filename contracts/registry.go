@@ -186,6 +186,29 @@ func (s Service) Role(kind string) string {
 	return strings.ReplaceAll(s.Name, "-", "_") + "_" + kind
 }
 
+// EnvPrefix is the prefix of its own variables, underscore included: its name in upper
+// case with "-" as "_", then "_" ("STOCK_": STOCK_DATABASE_URL, STOCK_WORKERS).
+func (s Service) EnvPrefix() string {
+	return strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")) + "_"
+}
+
+// LocalDatabaseURL is the default of its <EnvPrefix>DATABASE_URL: its Database on the
+// local PostgreSQL as postgres, "postgres://postgres@localhost:5432/<Database>?sslmode=disable".
+func (s Service) LocalDatabaseURL() string {
+	return "postgres://postgres@localhost:5432/" + s.Database + "?sslmode=disable"
+}
+
+// MustService returns the service of [Services] called name, for a service's binary
+// reading its own defaults; it panics when the registry has none, a programming error
+// that the binary's first run shows.
+func MustService(name string) Service {
+	s, ok := ServiceNamed(name)
+	if !ok {
+		panic("contracts: the registry has no service " + name)
+	}
+	return s
+}
+
 // ServiceNamed returns the service of [Services] called name, and false when the registry
 // has none.
 func ServiceNamed(name string) (Service, bool) {

@@ -307,12 +307,16 @@ func runsAs(procs []*system.Process, env map[string][]string) string {
 	return strings.Join(out, ", ")
 }
 
-// standardAddrs are the ports the README's examples use: each service's own
-// (contracts.Service.HTTPAddr), the auditor's and the shop's relays'.
+// standardAddrs are the ports the README's examples use: each service's and each
+// relay's as the registry gives them (contracts.Service.HTTPAddr, RelayAddr), and the
+// auditor's.
 func standardAddrs() map[string]string {
-	addrs := map[string]string{"auditor": "127.0.0.1:8085", "order-relay": "127.0.0.1:8084", "stock-relay": "127.0.0.1:8087"}
+	addrs := map[string]string{"auditor": "127.0.0.1:8085"}
 	for _, svc := range contracts.Services() {
 		addrs[svc.Name] = "127.0.0.1" + svc.HTTPAddr
+		if svc.RelayAddr != "" {
+			addrs[system.RelayName(svc.Name)] = "127.0.0.1" + svc.RelayAddr
+		}
 	}
 	return addrs
 }

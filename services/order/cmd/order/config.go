@@ -1,6 +1,7 @@
 package main
 
 import (
+	"example.com/shop/contracts"
 	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/producerapp"
 	"example.com/shop/services/order/internal/api"
@@ -12,22 +13,26 @@ import (
 // and the service attribute of its log lines.
 const name = events.Consumer
 
+// registered is the service's entry in the registry (contracts/registry.go): its
+// database, its ports and its variables' prefix are the defaults below.
+var registered = contracts.MustService(name)
+
 // service names order to the platform as a consumer and sets the defaults of its
 // variables (docs/operations.md lists every variable; `order help <command>` prints
 // what a command reads, with the defaults). serve reads consumerapp.ServeConfig,
 // whose own variables start with ORDER_ (ORDER_DATABASE_URL, ORDER_WORKERS,
 // ORDER_PREFETCH, ORDER_INBOX_GROUP, ORDER_INBOX_TX, ORDER_MAX_ATTEMPTS,
 // ORDER_RETRY_DELAYS); migrate, purge-inbox and dlq read consumerapp.ToolConfig.
-// The defaults: the local orders database, HTTP on :8081, 8 workers, inbox group 1
+// The defaults: the registry's database and address, 8 workers, inbox group 1
 // (group commit off: stock's answers arrive at the pace of the orders placed). The
 // API needs only the database (ServesWithoutBroker): orders are taken into the
 // outbox while the broker is away (docs/architecture.md rule 1), and /readyz does
 // not fail with the broker.
 var service = consumerapp.Service{
 	Name:                name,
-	EnvPrefix:           "ORDER_",
-	DatabaseURL:         "postgres://postgres@localhost:5432/orders?sslmode=disable",
-	HTTPAddr:            ":8081",
+	EnvPrefix:           registered.EnvPrefix(),
+	DatabaseURL:         registered.LocalDatabaseURL(),
+	HTTPAddr:            registered.HTTPAddr,
 	Workers:             8,
 	InboxGroup:          1,
 	Schema:              migrations.Schema,
@@ -37,13 +42,13 @@ var service = consumerapp.Service{
 
 // producer mounts the outbox's commands, relay, purge-outbox and replay-outbox,
 // for the orders database (package producerapp); the relay's health and metrics
-// are on :8084 by default. purge-outbox also purges the API's Idempotency-Keys,
+// are on the registry's RelayAddr by default. purge-outbox also purges the API's Idempotency-Keys,
 // kept under their own consumer (api.IdempotencyConsumer), which purge-inbox
 // never touches.
 var producer = producerapp.Service{
 	Name:                name,
 	EnvPrefix:           service.EnvPrefix,
 	DatabaseURL:         service.DatabaseURL,
-	RelayHTTPAddr:       ":8084",
+	RelayHTTPAddr:       registered.RelayAddr,
 	IdempotencyConsumer: api.IdempotencyConsumer,
 }
