@@ -18,7 +18,7 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_FORMAT ?= testname
 TEST_JSON ?=
 
-.PHONY: all generate build test drills unit e2e model lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
+.PHONY: all generate check-generated build test drills unit e2e model lint demo screenshot bench chaos up down up-ha down-ha compose-test clean tidy tools fork service
 
 all: lint test
 
@@ -32,13 +32,19 @@ generate:
 	cd contracts && $(GO) generate ./...
 	cd e2e && $(GO) run ./cmd/generate -root ..
 
+## check-generated: fail, naming the file and `make generate`, when a generated file is not
+## what the registry and the schemas make (make test runs it first)
+check-generated:
+	cd contracts && $(GO) run ./internal/genevents -check
+	cd e2e && $(GO) run ./cmd/generate -root .. -check
+
 ## build: compile bin/<name> for every services/<name>/cmd/<name> (order, stock, shipping, auditor)
 build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./,$(CMDS))
 
 ## test: the tools, lint, then every unit, integration and end-to-end test with the race detector
-test: tools lint build
+test: tools lint check-generated build
 	$(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -race -count=1 -timeout 25m $(PKGS)
 
 ## drills: the fault drills (e2e/fault_test.go, build tag drills): every fault of docs/reliability.md

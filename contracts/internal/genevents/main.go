@@ -33,7 +33,8 @@ func main() {
 		os.Exit(1)
 	}
 	for _, f := range stale {
-		fmt.Fprintf(os.Stderr, "%s is not current: run make generate\n", f)
+		rel, _ := filepath.Rel(*dir, f)
+		fmt.Fprintf(os.Stderr, "contracts/%s: run make generate\n", filepath.ToSlash(rel))
 	}
 	if len(stale) > 0 {
 		os.Exit(1)
