@@ -143,7 +143,7 @@ func failoverRig(t *testing.T, sync bool) (*fault.PGCluster, *fault.Rig) {
 	}
 	t.Cleanup(pgc.Stop)
 	r := newRig(t, sharedVhost(t), auditorEnv(), func(c *fault.Config) {
-		c.OrderDBURL, c.Auditor = pgc.URL("shop_order"), true
+		c.DBURLs[contracts.ProducerOrder], c.Auditor = pgc.URL("shop_order"), true
 	})
 	return pgc, r
 }

@@ -83,15 +83,16 @@ func newRig(t *testing.T, b broker, processEnv map[string][]string, opts ...func
 	t.Helper()
 	ctx := testkit.Context(t)
 	cfg := fault.Config{
-		BinDir:        os.Getenv(binDirEnv),
-		OrderDBURL:    testkit.EmptyDatabaseURL(t),
-		StockDBURL:    testkit.EmptyDatabaseURL(t),
-		ShippingDBURL: testkit.EmptyDatabaseURL(t),
-		AMQPURL:       b.amqpURL,
-		Ctl:           b.ctl,
-		Vhost:         b.vhost,
-		Env:           fastRetries(),
-		ProcessEnv:    processEnv,
+		BinDir:     os.Getenv(binDirEnv),
+		DBURLs:     map[string]string{},
+		AMQPURL:    b.amqpURL,
+		Ctl:        b.ctl,
+		Vhost:      b.vhost,
+		Env:        fastRetries(),
+		ProcessEnv: processEnv,
+	}
+	for _, svc := range contracts.Services() {
+		cfg.DBURLs[svc.Name] = testkit.EmptyDatabaseURL(t)
 	}
 	for _, opt := range opts {
 		opt(&cfg)

@@ -6,10 +6,10 @@
 // listener, SIGKILL, SIGSTOP and SIGTERM, a broker memory alarm, a broker
 // stop_app/start_app, a queue refusing publishes (its consumer stalled
 // behind a max-length 1 + reject-publish policy), a deleted exchange. Then
-// it checks the ledger across the three databases.
+// it checks the ledger across every service's database.
 //
 // Everything runs on a private RabbitMQ node it starts (and stops) and on
-// three fresh databases of the PostgreSQL server of CHAOS_DATABASE_URL
+// fresh databases, one per service of the registry, on the PostgreSQL server of CHAOS_DATABASE_URL
 // (default postgres://postgres@127.0.0.1:5432/postgres), dropped at the end.
 // The seed picks the faults, their targets, durations and gaps; the same
 // seed gives the same fault sequence (the moments the load reaches differ).

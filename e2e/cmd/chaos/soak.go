@@ -49,16 +49,21 @@ type soak struct {
 	problems []string // faults that went wrong: a process not exiting on SIGTERM, not ready after a restart
 }
 
-var proxies = []string{"order-pg", "order-relay-pg", "order-relay-amqp", "standby-pg", "standby-amqp", "stock-pg", "stock-amqp", "shipping-pg", "shipping-amqp"}
-var processes = []string{"order", "relay", "standby", "stock", "shipping"}
-var databases = []string{"order", "stock", "shipping"}
+// databases are the services of the registry, each with its own database.
+func databases() []string {
+	var out []string
+	for _, s := range contracts.Services() {
+		out = append(out, s.Name)
+	}
+	return out
+}
 
 func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
 
 // toxic holds a Toxiproxy toxic on a random proxy for d.
 func toxic(kindName string, attrs func(rng *rand.Rand) map[string]any) func(context.Context, *soak, *rand.Rand, time.Duration) (string, error) {
 	return func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-		p := pick(rng, proxies)
+		p := pick(rng, s.rig.Proxies())
 		remove, err := s.rig.Net.Toxic(p, kindName, attrs(rng))
 		if err != nil {
 			return p, err
@@ -81,7 +86,7 @@ func kinds() []kind {
 		{"reset_peer", 2 * time.Second, 8 * time.Second, toxic("reset_peer", fixed(map[string]any{"timeout": 0}))},
 		{"bandwidth0", 2 * time.Second, 10 * time.Second, toxic("bandwidth", fixed(map[string]any{"rate": 0}))},
 		{"cut", 2 * time.Second, 15 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-			p := pick(rng, proxies)
+			p := pick(rng, s.rig.Proxies())
 			if err := s.rig.Net.Disable(p); err != nil {
 				return p, err
 			}
@@ -89,7 +94,7 @@ func kinds() []kind {
 			return p, s.rig.Net.Enable(p)
 		}},
 		{"db-outage", 60 * time.Second, 90 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-			db := pick(rng, databases)
+			db := pick(rng, databases())
 			unblock, err := s.rig.BlockDatabase(ctx, db)
 			if err != nil {
 				return db, err
@@ -98,15 +103,15 @@ func kinds() []kind {
 			return db, unblock(context.WithoutCancel(ctx))
 		}},
 		{"terminate-backends", 0, 0, func(ctx context.Context, s *soak, rng *rand.Rand, _ time.Duration) (string, error) {
-			db := pick(rng, databases)
+			db := pick(rng, databases())
 			_, err := s.rig.TerminateBackends(ctx, db)
 			return db, err
 		}},
 		{"paused-listener", 5 * time.Second, 15 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-			db := pick(rng, databases)
+			db := pick(rng, databases())
 			var removes []func()
-			for _, p := range proxies {
-				if strings.HasSuffix(p, "-pg") && dbOf(p) == db {
+			for _, p := range s.rig.Proxies() {
+				if strings.HasSuffix(p, "-pg") && s.rig.ServiceOf(p) == db {
 					remove, err := s.rig.Net.Toxic(p, "timeout", map[string]any{"timeout": 0})
 					if err != nil {
 						return db, err
@@ -121,15 +126,15 @@ func kinds() []kind {
 			return db, nil
 		}},
 		{"sigkill", 0, 0, func(ctx context.Context, s *soak, rng *rand.Rand, _ time.Duration) (string, error) {
-			name := pick(rng, processes)
+			name := pick(rng, s.rig.Processes())
 			return name, s.rig.Kill(ctx, s.rig.Process(name), restartWait)
 		}},
 		{"sigstop", 2 * time.Second, 12 * time.Second, func(ctx context.Context, s *soak, rng *rand.Rand, d time.Duration) (string, error) {
-			name := pick(rng, processes)
+			name := pick(rng, s.rig.Processes())
 			return name, s.rig.Freeze(ctx, s.rig.Process(name), d)
 		}},
 		{"sigterm", 0, 0, func(ctx context.Context, s *soak, rng *rand.Rand, _ time.Duration) (string, error) {
-			name := pick(rng, processes)
+			name := pick(rng, s.rig.Processes())
 			p := s.rig.Process(name)
 			took, err := s.rig.Term(ctx, p, grace)
 			return fmt.Sprintf("%s (exited in %s)", name, took.Round(time.Millisecond)), errors.Join(err, s.rig.Restart(ctx, p, restartWait))
@@ -170,18 +175,6 @@ func kinds() []kind {
 				return ch.ExchangeDelete(contracts.Exchange, false, false)
 			})
 		}},
-	}
-}
-
-// dbOf names the database a "<process>-pg" proxy leads to.
-func dbOf(proxy string) string {
-	switch {
-	case strings.HasPrefix(proxy, "stock"):
-		return "stock"
-	case strings.HasPrefix(proxy, "shipping"):
-		return "shipping"
-	default:
-		return "order"
 	}
 }
 
@@ -227,15 +220,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer drop()
 
 	rig, err := fault.New(ctx, fault.Config{
-		BinDir:        bin,
-		OrderDBURL:    dbURLs[0],
-		StockDBURL:    dbURLs[1],
-		ShippingDBURL: dbURLs[2],
-		AMQPURL:       node.AMQPURL,
-		Ctl:           node.Ctl,
-		Vhost:         "/",
-		Env:           []string{"RELAY_POLL_INTERVAL=200ms", "LOG_LEVEL=info"},
-		Log:           logFile,
+		BinDir:  bin,
+		DBURLs:  dbURLs,
+		AMQPURL: node.AMQPURL,
+		Ctl:     node.Ctl,
+		Vhost:   "/",
+		Env:     []string{"RELAY_POLL_INTERVAL=200ms", "LOG_LEVEL=info"},
+		Log:     logFile,
 	})
 	if err != nil {
 		return err
@@ -319,20 +310,21 @@ func firstLine(s string) string {
 	return s
 }
 
-// databasesFor returns the URLs of three fresh database names on the server
-// of serverURL (`migrate` creates them) and a function that drops them.
-func databasesFor(ctx context.Context, serverURL string, seed uint64) ([]string, func(), error) {
+// databasesFor returns the URLs of fresh database names on the server of
+// serverURL, one per service of the registry, by service (`migrate` creates
+// them), and a function that drops them.
+func databasesFor(ctx context.Context, serverURL string, seed uint64) (map[string]string, func(), error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || u.Scheme == "" {
 		return nil, nil, fmt.Errorf("CHAOS_DATABASE_URL %q is not a postgres:// URL", serverURL)
 	}
 	suffix := fmt.Sprintf("%d_%d", seed%1_000_000, time.Now().UnixNano()%1_000_000)
-	var urls, names []string
-	for _, db := range databases {
+	urls, names := map[string]string{}, []string{}
+	for _, db := range databases() {
 		name := "chaos_" + db + "_" + suffix
 		v := *u
 		v.Path = "/" + name
-		urls, names = append(urls, v.String()), append(names, name)
+		urls[db], names = v.String(), append(names, name)
 	}
 	drop := func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

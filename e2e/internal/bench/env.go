@@ -71,9 +71,9 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}
-	for _, bin := range []string{"order", "stock", "shipping"} {
-		if _, err := exec.LookPath(filepath.Join(cfg.BinDir, bin)); err != nil {
-			return nil, fmt.Errorf("binary %s not found in %s: run `make build` first: %w", bin, cfg.BinDir, err)
+	for _, svc := range contracts.Services() {
+		if _, err := exec.LookPath(filepath.Join(cfg.BinDir, svc.Name)); err != nil {
+			return nil, fmt.Errorf("binary %s not found in %s: run `make build` first: %w", svc.Name, cfg.BinDir, err)
 		}
 	}
 	if err := pingPostgres(ctx, cfg.DatabaseURL); err != nil {
@@ -94,11 +94,8 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 		}
 	}()
 	e.progress("== setup: template databases and %d vhosts (run %s)", len(vhostPurposes(cfg.Sizes)), e.id)
-	for _, t := range []struct{ name, bin, envVar string }{
-		{tplOrder, "order", "ORDER_DATABASE_URL"},
-		{tplStock, "stock", "STOCK_DATABASE_URL"},
-		{tplShipping, "shipping", "SHIPPING_DATABASE_URL"},
-	} {
+	for _, svc := range contracts.Services() { // a template database for every service, migrated
+		t := struct{ name, bin, envVar string }{svc.Name, svc.Name, svc.EnvPrefix() + "DATABASE_URL"}
 		u, err := e.createDatabase(ctx, e.templateName(t.name), "")
 		if err != nil {
 			return nil, err

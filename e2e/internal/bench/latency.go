@@ -215,18 +215,15 @@ func percentile(sorted []time.Duration, q float64) float64 {
 // their stages.
 func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate int, duration time.Duration) (latencyRun, error) {
 	var run latencyRun
-	orderURL, err := e.cloneDatabase(ctx, tplOrder, vhost+"-order")
-	if err != nil {
-		return run, err
+	dbURLs := map[string]string{} // a clone for every service of the registry
+	for _, svc := range contracts.Services() {
+		u, err := e.cloneDatabase(ctx, svc.Name, vhost+"-"+svc.Name)
+		if err != nil {
+			return run, err
+		}
+		dbURLs[svc.Name] = u
 	}
-	stockURL, err := e.cloneDatabase(ctx, tplStock, vhost+"-stock")
-	if err != nil {
-		return run, err
-	}
-	shipURL, err := e.cloneDatabase(ctx, tplShipping, vhost+"-shipping")
-	if err != nil {
-		return run, err
-	}
+	orderURL, stockURL := dbURLs[tplOrder], dbURLs[tplStock]
 	amqpURL, err := e.vhostURL(vhost)
 	if err != nil {
 		return run, err
@@ -250,7 +247,7 @@ func (e *env) runLatency(ctx context.Context, vhost string, notify bool, rate in
 
 	sys, err := system.New(system.Config{
 		BinDir:  e.cfg.BinDir,
-		DBURLs:  map[string]string{"order": orderURL, "stock": stockURL, "shipping": shipURL},
+		DBURLs:  dbURLs,
 		AMQPURL: amqpURL,
 		Env:     []string{"LOG_LEVEL=warn"},
 		ProcessEnv: map[string][]string{

@@ -1,7 +1,7 @@
 // Package fault runs the shop's real binaries with every connection to
 // PostgreSQL and RabbitMQ going through an in-process Toxiproxy, raises
 // faults on them (network toxics, database and broker outages, signals),
-// drives load, and checks the ledger across the three databases afterwards.
+// drives load, and checks the ledger across every service's database afterwards.
 // The fault-injection tests of the e2e suite and `make chaos` both use it.
 package fault
 
@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,28 +35,30 @@ import (
 // its own proxies, except a URL naming several hosts (PostgreSQL) or an
 // AMQP_URL listing several nodes, which the processes get as it is.
 type Config struct {
-	BinDir        string
-	OrderDBURL    string
-	StockDBURL    string
-	ShippingDBURL string
-	AMQPURL       string                                                    // may name a vhost
-	Ctl           func(ctx context.Context, args ...string) (string, error) // rabbitmqctl on the broker of AMQPURL
-	Vhost         string                                                    // vhost of AMQPURL, for Ctl's -p
-	Env           []string                                                  // KEY=VALUE added to every process
-	ProcessEnv    map[string][]string                                       // KEY=VALUE added to one process
-	Log           io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
-	Auditor       bool                                                      // run the auditor too, on the direct URLs
+	BinDir     string
+	DBURLs     map[string]string                                         // each service's database, by name, for every service of the registry
+	AMQPURL    string                                                    // may name a vhost
+	Ctl        func(ctx context.Context, args ...string) (string, error) // rabbitmqctl on the broker of AMQPURL
+	Vhost      string                                                    // vhost of AMQPURL, for Ctl's -p
+	Env        []string                                                  // KEY=VALUE added to every process
+	ProcessEnv map[string][]string                                       // KEY=VALUE added to one process
+	Log        io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
+	Auditor    bool                                                      // run the auditor too, on the direct URLs
 }
 
-// Proxy names: <process>-pg and <process>-amqp, for the processes "order",
-// "order-relay", "standby", "stock", "stock-relay" and "shipping".
-var processUpstreams = map[string][]string{
-	"order":       {"pg", "amqp"},
-	"order-relay": {"pg", "amqp"},
-	"standby":     {"pg", "amqp"},
-	"stock":       {"pg", "amqp"},
-	"shipping":    {"pg", "amqp"},
-	"stock-relay": {"pg", "amqp"},
+// upstreams returns the processes that reach PostgreSQL and RabbitMQ through
+// proxies, each with the service whose database it uses: every service of the
+// registry, every producer's relay ("<producer>-relay") and order's standby
+// relay ("standby"). The proxies are named <process>-pg and <process>-amqp.
+func upstreams() map[string]string {
+	procs := map[string]string{"standby": contracts.ProducerOrder}
+	for _, s := range contracts.Services() {
+		procs[s.Name] = s.Name
+		if len(s.Publishes) > 0 {
+			procs[system.RelayName(s.Name)] = s.Name
+		}
+	}
+	return procs
 }
 
 // Rig is one running shop (order API, leader and standby relay, stock,
@@ -66,8 +70,9 @@ type Rig struct {
 	API *system.Client
 	cfg Config
 
-	placed   atomic.Int64 // orders the load driver saw placed
-	vanished atomic.Int64 // orders acknowledged created, gone when placed
+	procs    map[string]string // the processes behind proxies, each with its service (upstreams)
+	placed   atomic.Int64      // orders the load driver saw placed
+	vanished atomic.Int64      // orders acknowledged created, gone when placed
 
 	mu         sync.Mutex
 	placedIDs  []string // the orders the load driver saw placed
@@ -78,26 +83,21 @@ type Rig struct {
 	watchDone  chan struct{}
 }
 
-// New routes every process through its proxies, migrates the three
-// databases and opens the ledger's pools; nothing runs yet (see Start).
+// New routes every process through its proxies, migrates every service's
+// database and opens the ledger's pools; nothing runs yet (see Start).
 func New(ctx context.Context, cfg Config) (*Rig, error) {
 	if cfg.Log != nil {
 		cfg.Log = &syncWriter{w: cfg.Log}
 	}
 	r := &Rig{Net: NewNet(), cfg: cfg}
-	direct := map[string]string{
-		"order-pg": cfg.OrderDBURL, "order-relay-pg": cfg.OrderDBURL, "standby-pg": cfg.OrderDBURL,
-		"stock-pg": cfg.StockDBURL, "stock-relay-pg": cfg.StockDBURL, "shipping-pg": cfg.ShippingDBURL,
-	}
-	dbVar := map[string]string{
-		"order": "ORDER_DATABASE_URL", "order-relay": "ORDER_DATABASE_URL", "standby": "ORDER_DATABASE_URL",
-		"stock": "STOCK_DATABASE_URL", "stock-relay": "STOCK_DATABASE_URL", "shipping": "SHIPPING_DATABASE_URL",
-	}
 	penv := map[string][]string{}
-	for proc, ups := range processUpstreams {
-		for _, up := range ups {
+	procs := upstreams()
+	r.procs = procs
+	for proc, service := range procs {
+		svc := contracts.MustService(service)
+		for _, up := range []string{"pg", "amqp"} {
 			name := proc + "-" + up
-			target, key := direct[name], dbVar[proc]
+			target, key := cfg.DBURLs[service], svc.EnvPrefix()+"DATABASE_URL"
 			if up == "amqp" {
 				target, key = cfg.AMQPURL, "AMQP_URL"
 			}
@@ -115,13 +115,13 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		penv[proc] = append(penv[proc], cfg.ProcessEnv[proc]...)
 	}
 	for proc, env := range cfg.ProcessEnv {
-		if processUpstreams[proc] == nil { // the auditor
+		if _, ok := procs[proc]; !ok { // the auditor
 			penv[proc] = env
 		}
 	}
 	sys, err := system.New(system.Config{
 		BinDir:     cfg.BinDir,
-		DBURLs:     map[string]string{"order": cfg.OrderDBURL, "stock": cfg.StockDBURL, "shipping": cfg.ShippingDBURL},
+		DBURLs:     cfg.DBURLs,
 		AMQPURL:    cfg.AMQPURL,
 		Env:        cfg.Env,
 		ProcessEnv: penv,
@@ -138,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		r.Net.Close()
 		return nil, err
 	}
-	if r.DBs, err = check.Open(ctx, cfg.OrderDBURL, cfg.StockDBURL, cfg.ShippingDBURL); err != nil {
+	if r.DBs, err = check.OpenAll(ctx, cfg.DBURLs); err != nil {
 		r.Net.Close()
 		return nil, err
 	}
@@ -192,8 +192,31 @@ func (r *Rig) Close() error {
 	return err
 }
 
-// Process returns the process called name ("order", "relay", "standby",
-// "stock", "shipping"), or nil.
+// Processes returns the names of the processes behind proxies (a service, a
+// "<producer>-relay", "standby"), sorted.
+func (r *Rig) Processes() []string {
+	return slices.Sorted(maps.Keys(r.procs))
+}
+
+// Proxies returns the names of every proxy, "<process>-pg" and "<process>-amqp"
+// for each of Processes.
+func (r *Rig) Proxies() []string {
+	var out []string
+	for _, p := range r.Processes() {
+		out = append(out, p+"-pg", p+"-amqp")
+	}
+	return out
+}
+
+// ServiceOf returns the service whose database the process behind proxy (or the
+// process itself) uses, or "" for none.
+func (r *Rig) ServiceOf(proxy string) string {
+	proc := strings.TrimSuffix(strings.TrimSuffix(proxy, "-pg"), "-amqp")
+	return r.procs[proc]
+}
+
+// Process returns the process called name (a service, a "<producer>-relay",
+// "standby", "auditor"), or nil.
 func (r *Rig) Process(name string) *system.Process {
 	for _, p := range r.Sys.All() {
 		if p.Name == name {
@@ -326,10 +349,10 @@ func (r *Rig) Duplicates(ctx context.Context) int {
 	return int(n)
 }
 
-// database returns the database name and the server's admin URL of db
-// ("order", "stock" or "shipping").
+// database returns the database name and the server's admin URL of db, a
+// service of the registry.
 func (r *Rig) database(db string) (name, admin string, err error) {
-	raw := map[string]string{"order": r.cfg.OrderDBURL, "stock": r.cfg.StockDBURL, "shipping": r.cfg.ShippingDBURL}[db]
+	raw := r.cfg.DBURLs[db]
 	u, err := url.Parse(raw)
 	if raw == "" || err != nil {
 		return "", "", fmt.Errorf("no database %q", db)
