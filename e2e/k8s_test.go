@@ -1,10 +1,12 @@
 package e2e_test
 
 import (
+	"maps"
 	"net/url"
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +18,14 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/outbox"
 )
 
 // manifests is deploy/k8s rendered and decoded.
@@ -121,31 +126,108 @@ func renderDir(t *testing.T, dir string) manifests {
 	return m
 }
 
+// pod is one pod template of deploy/k8s: its owner ("Deployment order", "Job
+// migrate-orders", "CronJob purge-inbox-stock"), its labels and its spec.
+type pod struct {
+	owner  string
+	labels map[string]string
+	spec   corev1.PodSpec
+}
+
+// pods returns the pod templates of every Deployment, Job and CronJob.
+func (m manifests) pods() []pod {
+	var out []pod
+	for _, d := range m.deployments {
+		out = append(out, pod{"Deployment " + d.Name, d.Spec.Template.Labels, d.Spec.Template.Spec})
+	}
+	for _, j := range m.jobs {
+		out = append(out, pod{"Job " + j.Name, j.Spec.Template.Labels, j.Spec.Template.Spec})
+	}
+	for _, c := range m.cronJobs {
+		out = append(out, pod{"CronJob " + c.Name, c.Spec.JobTemplate.Spec.Template.Labels, c.Spec.JobTemplate.Spec.Template.Spec})
+	}
+	return out
+}
+
+// urls returns the connection URLs container c gets from the Secret, by variable.
+func (m manifests) urls(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			out[e.Name] = m.secret.StringData[e.ValueFrom.SecretKeyRef.Key]
+		}
+	}
+	return out
+}
+
+// config returns the variables container c gets from its ConfigMaps.
+func (m manifests) config(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef != nil {
+			maps.Copy(out, m.configMaps[from.ConfigMapRef.Name].Data)
+		}
+	}
+	return out
+}
+
+// selects reports whether sel, which must select something, matches podLabels.
+func selects(t *testing.T, sel *metav1.LabelSelector, podLabels map[string]string) bool {
+	t.Helper()
+	if sel == nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+		return false
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Errorf("selector %v: %v", sel, err)
+		return false
+	}
+	return s.Matches(labels.Set(podLabels))
+}
+
+// allows reports whether a NetworkPolicy that selects podLabels lets its pods reach
+// TCP port in namespace ns (egress), or, with ns empty, be reached on it (ingress).
+func (m manifests) allows(t *testing.T, podLabels map[string]string, ns string, port int) bool {
+	t.Helper()
+	hasPort := func(ports []networkingv1.NetworkPolicyPort) bool {
+		return len(ports) == 0 || slices.ContainsFunc(ports, func(p networkingv1.NetworkPolicyPort) bool {
+			return p.Port != nil && p.Port.IntValue() == port && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP)
+		})
+	}
+	for _, np := range m.networkPolicies {
+		if !selects(t, &np.Spec.PodSelector, podLabels) {
+			continue
+		}
+		if ns == "" {
+			if slices.ContainsFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool { return hasPort(r.Ports) }) {
+				return true
+			}
+			continue
+		}
+		for _, r := range np.Spec.Egress {
+			if hasPort(r.Ports) && (len(r.To) == 0 || slices.ContainsFunc(r.To, func(p networkingv1.NetworkPolicyPeer) bool {
+				return p.NamespaceSelector != nil && p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == ns
+			})) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // TestKubernetesManifests renders deploy/k8s and checks what a cluster operator
 // expects: every pod non-root with a read-only root file system, no privilege
-// escalation and resource requests and limits; every process under its own database
-// role and broker user, the relay directly on PostgreSQL (its session lock); a
-// PodDisruptionBudget, a NetworkPolicy and a scrape for every Deployment behind a
-// default deny; CronJobs for purge-outbox and purge-inbox with horizons no shorter
-// than the replay windows; and the PrometheusRule equal to deploy/prometheus/alerts.yaml.
+// escalation and resource requests and limits; every long-running process with
+// start-up, readiness and liveness probes, a Service, a PodDisruptionBudget and a
+// scrape; behind a default deny, NetworkPolicies that let each pod reach the servers
+// of its URLs and be reached on its port; the relays directly on PostgreSQL (their
+// session lock) and declaring no consumer's queue; CronJobs whose horizons are no
+// shorter than the replay windows; and the PrometheusRule equal to
+// deploy/prometheus/alerts.yaml.
 func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
 	m := render(t)
 
-	type pod struct {
-		owner string
-		spec  corev1.PodSpec
-	}
-	var pods []pod
-	for _, d := range m.deployments {
-		pods = append(pods, pod{"Deployment " + d.Name, d.Spec.Template.Spec})
-	}
-	for _, j := range m.jobs {
-		pods = append(pods, pod{"Job " + j.Name, j.Spec.Template.Spec})
-	}
-	for _, c := range m.cronJobs {
-		pods = append(pods, pod{"CronJob " + c.Name, c.Spec.JobTemplate.Spec.Template.Spec})
-	}
 	// A serve and a migrate per service, a relay and a purge-outbox per producer, a
 	// purge-inbox per consumer (TestKubernetesFollowsTheRegistry names them).
 	services, producers, consumers := len(contracts.Services()), len(contracts.Producers()), len(contracts.Consumers())
@@ -153,8 +235,14 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatalf("%d deployments, %d jobs, %d cron jobs; want %d, %d, %d", len(m.deployments), len(m.jobs), len(m.cronJobs),
 			services+producers, services, producers+consumers)
 	}
-	secretKeys := map[string]string{} // env var of a container -> secret key
-	for _, p := range pods {
+	defaultDeny := slices.ContainsFunc(m.networkPolicies, func(np networkingv1.NetworkPolicy) bool {
+		sel := np.Spec.PodSelector
+		return len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 && len(np.Spec.Ingress)+len(np.Spec.Egress) == 0 && len(np.Spec.PolicyTypes) == 2
+	})
+	if !defaultDeny {
+		t.Error("no default-deny NetworkPolicy")
+	}
+	for _, p := range m.pods() {
 		sc := p.spec.SecurityContext
 		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
 			t.Errorf("%s: pod must run as a non-root user", p.owner)
@@ -174,119 +262,113 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 			for _, e := range c.Env {
 				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-					secretKeys[p.owner+" "+e.Name] = e.ValueFrom.SecretKeyRef.Key
 					if _, ok := m.secret.StringData[e.ValueFrom.SecretKeyRef.Key]; !ok {
 						t.Errorf("%s: %s names secret key %s, which shop-urls lacks", p.owner, e.Name, e.ValueFrom.SecretKeyRef.Key)
 					}
 				}
 			}
-		}
-	}
-
-	// Every process under its own role and user.
-	for env, key := range map[string]string{
-		"Deployment order-api ORDER_DATABASE_URL":            "ORDER_API_DATABASE_URL",
-		"Deployment relay ORDER_DATABASE_URL":                "ORDER_RELAY_DATABASE_URL",
-		"Deployment relay AMQP_URL":                          "RELAY_AMQP_URL",
-		"Deployment stock STOCK_DATABASE_URL":                "STOCK_APP_DATABASE_URL",
-		"Deployment stock AMQP_URL":                          "STOCK_AMQP_URL",
-		"Deployment shipping SHIPPING_DATABASE_URL":          "SHIPPING_APP_DATABASE_URL",
-		"Deployment shipping AMQP_URL":                       "SHIPPING_AMQP_URL",
-		"CronJob purge-outbox ORDER_DATABASE_URL":            "ORDER_MAINTENANCE_DATABASE_URL",
-		"CronJob purge-inbox-stock STOCK_DATABASE_URL":       "STOCK_MAINTENANCE_DATABASE_URL",
-		"CronJob purge-inbox-shipping SHIPPING_DATABASE_URL": "SHIPPING_MAINTENANCE_DATABASE_URL",
-	} {
-		if secretKeys[env] != key {
-			t.Errorf("%s comes from %q, want secret key %s", env, secretKeys[env], key)
-		}
-	}
-	for key, user := range map[string]string{
-		"ORDER_API_DATABASE_URL": "order_api", "ORDER_RELAY_DATABASE_URL": "order_relay",
-		"ORDER_MAINTENANCE_DATABASE_URL": "order_maintenance", "STOCK_APP_DATABASE_URL": "stock_app",
-		"STOCK_MAINTENANCE_DATABASE_URL": "stock_maintenance", "SHIPPING_APP_DATABASE_URL": "shipping_app",
-		"SHIPPING_MAINTENANCE_DATABASE_URL": "shipping_maintenance",
-		"RELAY_AMQP_URL":                    "order-relay", "STOCK_AMQP_URL": "stock", "SHIPPING_AMQP_URL": "shipping",
-	} {
-		if v := m.secret.StringData[key]; !strings.Contains(v, "://"+user+":") {
-			t.Errorf("secret %s = %q, want user %s", key, v, user)
-		}
-	}
-	if v := m.secret.StringData["ORDER_RELAY_DATABASE_URL"]; strings.Contains(v, "pgbouncer") || !strings.Contains(v, ":5432/") {
-		t.Errorf("the relay's URL %q must reach PostgreSQL directly: its leader lock and LISTEN need a session", v)
-	}
-	if v := m.configMaps["relay"].Data["RELAY_DECLARE_QUEUES"]; v != "false" {
-		t.Errorf("relay RELAY_DECLARE_QUEUES = %q, want false (order-relay may not read the consumers' queues)", v)
-	}
-
-	// Disruption budgets, network policies and scrapes.
-	matches := func(sel map[string]string, labels map[string]string) bool {
-		for k, v := range sel {
-			if labels[k] != v {
-				return false
+			for _, from := range c.EnvFrom {
+				if from.ConfigMapRef == nil {
+					continue
+				}
+				if _, ok := m.configMaps[from.ConfigMapRef.Name]; !ok {
+					t.Errorf("%s: takes its settings from ConfigMap %s, which deploy/k8s lacks", p.owner, from.ConfigMapRef.Name)
+				}
+			}
+			// Each server its URLs name is reachable through the NetworkPolicies.
+			for env, raw := range m.urls(c) {
+				u, err := url.Parse(raw)
+				if err != nil {
+					t.Errorf("%s: %s: %v", p.owner, env, err)
+					continue
+				}
+				host := strings.Split(u.Hostname(), ".") // <service>.<namespace>.svc
+				port, _ := strconv.Atoi(u.Port())
+				if len(host) < 3 || host[2] != "svc" || port == 0 {
+					t.Errorf("%s: %s = %s, want a Service's host and port", p.owner, env, raw)
+				} else if !m.allows(t, p.labels, host[1], port) {
+					t.Errorf("%s: no NetworkPolicy lets it reach %s (%s)", p.owner, u.Host, env)
+				}
+			}
+			if !strings.HasSuffix(command(c.Command), " relay") {
+				continue
+			}
+			for env, raw := range m.urls(c) {
+				if strings.HasSuffix(env, "_DATABASE_URL") && (strings.Contains(raw, "pgbouncer") || !strings.Contains(raw, ":5432/")) {
+					t.Errorf("%s: %s = %s must reach PostgreSQL directly: the relay's leader lock and LISTEN need a session", p.owner, env, raw)
+				}
+			}
+			if v := m.config(c)["RELAY_DECLARE_QUEUES"]; v != "false" {
+				t.Errorf("%s: RELAY_DECLARE_QUEUES = %q, want false (its broker user may not read the consumers' queues)", p.owner, v)
 			}
 		}
-		return len(sel) > 0
 	}
-	defaultDeny := false
-	for _, np := range m.networkPolicies {
-		if len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.PodSelector.MatchExpressions) == 0 &&
-			len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 && len(np.Spec.PolicyTypes) == 2 {
-			defaultDeny = true
-		}
-	}
-	if !defaultDeny {
-		t.Error("no default-deny NetworkPolicy")
-	}
+
+	// Every long-running process: probes, a Service, a disruption budget, a scrape,
+	// and its port open to the Service's clients.
 	for _, d := range m.deployments {
-		labels := d.Spec.Template.Labels
+		tmpl := d.Spec.Template
+		if len(tmpl.Spec.Containers) != 1 {
+			t.Errorf("Deployment %s has %d containers, want 1", d.Name, len(tmpl.Spec.Containers))
+			continue
+		}
+		c := tmpl.Spec.Containers[0]
+		i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http" })
+		if i < 0 {
+			t.Errorf("Deployment %s has no port named http", d.Name)
+			continue
+		}
+		port := int(c.Ports[i].ContainerPort)
+		for name, probe := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Port.String() != "http" {
+				t.Errorf("Deployment %s: no %s probe on its http port", d.Name, name)
+			}
+		}
+		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("Deployment %s: readiness probe on %s, want /readyz", d.Name, c.ReadinessProbe.HTTPGet.Path)
+		}
+		if !slices.ContainsFunc(m.services, func(s corev1.Service) bool {
+			return selects(t, &metav1.LabelSelector{MatchLabels: s.Spec.Selector}, tmpl.Labels) &&
+				slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "http" && p.TargetPort.String() == "http" })
+		}) {
+			t.Errorf("Deployment %s has no Service with a port http", d.Name)
+		}
 		if !slices.ContainsFunc(m.pdbs, func(p policyv1.PodDisruptionBudget) bool {
-			return p.Spec.Selector != nil && matches(p.Spec.Selector.MatchLabels, labels) && p.Spec.MinAvailable != nil
+			return selects(t, p.Spec.Selector, tmpl.Labels) && p.Spec.MinAvailable != nil
 		}) {
 			t.Errorf("Deployment %s has no PodDisruptionBudget", d.Name)
 		}
-		if !slices.ContainsFunc(m.networkPolicies, func(n networkingv1.NetworkPolicy) bool {
-			return matches(n.Spec.PodSelector.MatchLabels, labels) && len(n.Spec.Egress) > 0
-		}) {
-			t.Errorf("Deployment %s has no NetworkPolicy of its own", d.Name)
+		if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+			t.Errorf("Deployment %s runs fewer than two replicas: a drain or a crash stops it", d.Name)
 		}
-		if labels["app.kubernetes.io/name"] == "" || d.Spec.Template.Annotations["prometheus.io/scrape"] != "true" {
-			t.Errorf("Deployment %s: no name label or scrape annotation", d.Name)
+		if tmpl.Labels["app.kubernetes.io/name"] != d.Name || tmpl.Annotations["prometheus.io/scrape"] != "true" ||
+			tmpl.Annotations["prometheus.io/port"] != strconv.Itoa(port) {
+			t.Errorf("Deployment %s: no name label, or no scrape annotation of port %d", d.Name, port)
 		}
 		if len(m.serviceMonitors) != 1 || !slices.Contains(m.serviceMonitors[0].Spec.Selector.MatchExpressions[0].Values, d.Name) {
 			t.Errorf("Deployment %s is not selected by the ServiceMonitor", d.Name)
 		}
+		if !m.allows(t, tmpl.Labels, "", port) {
+			t.Errorf("Deployment %s: no NetworkPolicy lets anything reach its port %d, not even Prometheus", d.Name, port)
+		}
 	}
 
 	// Purges, with horizons no shorter than what may still come back.
-	replay := 168 * time.Hour // OUTBOX_REPLAY_HORIZON's default
-	minRetention, err := time.ParseDuration(m.configMaps["stock"].Data["INBOX_MIN_RETENTION"])
-	if err != nil {
-		t.Fatal(err)
+	least := map[string]time.Duration{
+		"purge-outbox": outbox.DefaultReplayHorizon,
+		"purge-inbox":  outbox.DefaultReplayHorizon + consumerapp.DefaultMinRetention,
 	}
-	for name, want := range map[string]struct {
-		command string
-		least   time.Duration
-	}{
-		"purge-outbox":         {"purge-outbox", replay},
-		"purge-inbox-stock":    {"purge-inbox", replay + minRetention},
-		"purge-inbox-shipping": {"purge-inbox", replay + minRetention},
-	} {
-		i := slices.IndexFunc(m.cronJobs, func(c batchv1.CronJob) bool { return c.Name == name })
-		if i < 0 {
-			t.Errorf("no CronJob %s", name)
-			continue
-		}
-		c := m.cronJobs[i]
+	for _, c := range m.cronJobs {
 		cmd := c.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command
-		if len(cmd) != 4 || cmd[1] != want.command || cmd[2] != "--older-than" {
-			t.Errorf("CronJob %s runs %v", name, cmd)
+		if len(cmd) != 4 || least[cmd[1]] == 0 || cmd[2] != "--older-than" {
+			t.Errorf("CronJob %s runs %v", c.Name, cmd)
 			continue
 		}
-		if h, err := time.ParseDuration(cmd[3]); err != nil || h < want.least {
-			t.Errorf("CronJob %s horizon %s, want at least %s", name, cmd[3], want.least)
+		if h, err := time.ParseDuration(cmd[3]); err != nil || h < least[cmd[1]] {
+			t.Errorf("CronJob %s horizon %s, want at least %s", c.Name, cmd[3], least[cmd[1]])
 		}
 		if c.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
-			t.Errorf("CronJob %s may overlap itself", name)
+			t.Errorf("CronJob %s may overlap itself", c.Name)
 		}
 	}
 

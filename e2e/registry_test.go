@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"encoding/json"
 	"maps"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -12,9 +13,6 @@ import (
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"example.com/shop/contracts"
@@ -176,29 +174,58 @@ func TestComposeFollowsTheRegistry(t *testing.T) {
 // TestKubernetesFollowsTheRegistry: deploy/k8s runs, for each service of the
 // registry, a Deployment of its serve and a Job of its migrate; for each producer a
 // Deployment of its relay and a CronJob of its purge-outbox; for each consumer a
-// CronJob of its purge-inbox; and a NetworkPolicy beyond the default deny selects
-// every one of those pods.
+// CronJob of its purge-inbox. Each process reads its database URL from
+// <NAME>_DATABASE_URL and connects as the registry's role for it (Service.Role:
+// app for serve, relay, maintenance for the purges) and as the broker user the
+// registry names (the service's own for serve, its relay user for relay); every
+// consumer accepts each producer's events from that producer's relay user alone
+// (RELAY_USERS).
 func TestKubernetesFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
 	m := render(t)
-	type pod struct {
-		owner  string
-		labels map[string]string
-	}
-	runs := map[string][]pod{} // "<binary> <subcommand>" -> pods
-	add := func(owner string, tmpl corev1.PodTemplateSpec) {
-		for _, c := range tmpl.Spec.Containers {
-			runs[command(c.Command)] = append(runs[command(c.Command)], pod{owner, tmpl.Labels})
+	runs := map[string][]string{} // "<binary> <subcommand>" -> owners of the pods that run it
+	for _, p := range m.pods() {
+		for _, c := range p.spec.Containers {
+			cmd := command(c.Command)
+			runs[cmd] = append(runs[cmd], p.owner)
+			s, ok := contracts.ServiceNamed(strings.Fields(cmd + " ")[0])
+			if !ok {
+				t.Errorf("%s runs %q, a command of no service of the registry", p.owner, cmd)
+				continue
+			}
+			var role, user string // the URLs' users; "" for the owner's URL, which is the deployer's
+			switch sub := strings.TrimPrefix(cmd, s.Name+" "); sub {
+			case "serve":
+				role, user = s.Role("app"), s.Name
+				if v := m.config(c)["RELAY_USERS"]; len(s.Receives) > 0 && v != contracts.RelayUsers() {
+					t.Errorf("%s: RELAY_USERS = %q, want %q", p.owner, v, contracts.RelayUsers())
+				}
+			case "relay":
+				role = s.Role("relay")
+				for _, prod := range contracts.Producers() {
+					if prod.Name == s.Name {
+						user = prod.RelayUser
+					}
+				}
+			case "purge-outbox", "purge-inbox":
+				role = s.Role("maintenance")
+			}
+			urls := m.urls(c)
+			prefix := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+			db, ok := urls[prefix+"_DATABASE_URL"]
+			if !ok {
+				t.Errorf("%s: no %s_DATABASE_URL from the Secret", p.owner, prefix)
+			}
+			for env, want := range map[string]string{prefix + "_DATABASE_URL": role, "AMQP_URL": user} {
+				u, err := url.Parse(urls[env])
+				if want != "" && (err != nil || u.User.Username() != want) {
+					t.Errorf("%s: %s = %q, want the user %s", p.owner, env, urls[env], want)
+				}
+			}
+			if u, err := url.Parse(db); err != nil || strings.TrimPrefix(u.Path, "/") != s.Database {
+				t.Errorf("%s: %s_DATABASE_URL = %q, want the database %s", p.owner, prefix, db, s.Database)
+			}
 		}
-	}
-	for _, d := range m.deployments {
-		add("Deployment "+d.Name, d.Spec.Template)
-	}
-	for _, j := range m.jobs {
-		add("Job "+j.Name, j.Spec.Template)
-	}
-	for _, c := range m.cronJobs {
-		add("CronJob "+c.Name, c.Spec.JobTemplate.Spec.Template)
 	}
 	rc := commandsOfRegistry()
 	for _, w := range []struct {
@@ -209,43 +236,11 @@ func TestKubernetesFollowsTheRegistry(t *testing.T) {
 		{"CronJob", rc.purgeOutbox}, {"CronJob", rc.purgeInbox},
 	} {
 		for _, cmd := range w.cmds {
-			var pods []pod
-			for _, p := range runs[cmd] {
-				if strings.HasPrefix(p.owner, w.kind+" ") {
-					pods = append(pods, p)
-				}
-			}
-			if len(pods) == 0 {
+			if !slices.ContainsFunc(runs[cmd], func(owner string) bool { return strings.HasPrefix(owner, w.kind+" ") }) {
 				t.Errorf("deploy/k8s: no %s runs %q", w.kind, cmd)
 			}
-			for _, p := range pods {
-				if !allowedByPolicy(t, m, p.labels) {
-					t.Errorf("deploy/k8s: no NetworkPolicy besides the default deny selects the pods of %s (%s)", p.owner, cmd)
-				}
-			}
 		}
 	}
-}
-
-// allowedByPolicy reports whether a NetworkPolicy with a non-empty pod selector (one
-// that allows something, unlike the default deny) selects pods with podLabels.
-func allowedByPolicy(t *testing.T, m manifests, podLabels map[string]string) bool {
-	t.Helper()
-	for _, np := range m.networkPolicies {
-		sel := np.Spec.PodSelector
-		if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
-			continue
-		}
-		s, err := metav1.LabelSelectorAsSelector(&sel)
-		if err != nil {
-			t.Errorf("NetworkPolicy %s: %v", np.Name, err)
-			continue
-		}
-		if s.Matches(labels.Set(podLabels)) {
-			return true
-		}
-	}
-	return false
 }
 
 // TestAccessFollowsTheRegistry: deploy/postgres/roles.sql creates, for each service

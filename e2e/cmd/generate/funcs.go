@@ -12,5 +12,6 @@ func funcs() template.FuncMap {
 		"upper":  strings.ToUpper,
 		"title":  title,
 		"join":   strings.Join,
+		"purge":  newPurgeJob,
 	}
 }
