@@ -91,11 +91,17 @@ func TestLivePageShowsAnOrderAppliedByStockAndShipping(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(cell(o.ID, "published", "done"))),
 		chromedp.WaitVisible(chromedp.CSS(cell(o.ID, "stock", "done"))),
 		chromedp.WaitVisible(chromedp.CSS(cell(o.ID, "shipping", "done"))),
+		chromedp.WaitVisible(chromedp.CSS(cell(o.ID, "answer_order", "done"))),
+	); err != nil {
+		html, _ := chromedp.Run(browser, chromedp.OuterHTML(chromedp.CSS("#board")))
+		t.Fatalf("the page never showed order %s applied by stock and shipping, and stock's answer by order: %v\n%s", o.ID, err, html)
+	}
+	checkLayout(t, browser, o.ID)
+	if err := chromedp.Do(wait,
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-order-id=%q]`, o.ID))),
 		chromedp.WaitVisible(chromedp.CSS(`#journey #timeline li`)),
 	); err != nil {
-		html, _ := chromedp.Run(browser, chromedp.OuterHTML(chromedp.CSS("#board")))
-		t.Fatalf("the page never showed order %s applied by stock and shipping: %v\n%s", o.ID, err, html)
+		t.Fatalf("the journey of order %s never opened: %v", o.ID, err)
 	}
 	timeline, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`#timeline`)))
 	if err != nil {
@@ -107,6 +113,63 @@ func TestLivePageShowsAnOrderAppliedByStockAndShipping(t *testing.T) {
 		}
 	}
 	screenshot(t, browser, "auditor-page.png")
+}
+
+// layoutProblems lists what is wrong with the live page showing order %s that went
+// through: boxes of the flow that overlap, an arrow end or label outside the drawing
+// or the page, a label over a box, a table header empty or twice, a cell of the
+// order's row not done; and the smallest distance between two boxes.
+const layoutProblems = `(() => {
+  const svg = document.getElementById("flow-svg"), m = svg.getScreenCTM(), s = svg.getBoundingClientRect();
+  const pageW = document.documentElement.clientWidth, out = [];
+  const gap = (a, b) => Math.max(b.left - a.right, a.left - b.right, b.top - a.bottom, a.top - b.bottom);
+  const inside = (r, o) => r.left >= o.left - 0.5 && r.right <= o.right + 0.5 && r.top >= o.top - 0.5 && r.bottom <= o.bottom + 0.5;
+  const boxes = [...svg.querySelectorAll("[data-box]")].map(g => [g.dataset.box, g.querySelector("rect").getBoundingClientRect()]);
+  let minGap = Infinity;
+  boxes.forEach(([k, r], i) => boxes.slice(i + 1).forEach(([k2, r2]) => {
+    const d = gap(r, r2);
+    if (d <= 0) out.push("boxes " + k + " and " + k2 + " overlap");
+    minGap = Math.min(minGap, d);
+  }));
+  for (const g of svg.querySelectorAll("[data-arrow]")) {
+    const p = g.querySelector("path");
+    for (const at of [0, p.getTotalLength()]) {
+      const q = p.getPointAtLength(at).matrixTransform(m);
+      if (q.x < s.left - 0.5 || q.x > s.right + 0.5 || q.y < s.top - 0.5 || q.y > s.bottom + 0.5 || q.x < 0 || q.x > pageW)
+        out.push("arrow " + g.dataset.arrow + " ends outside the drawing or the page at " + q.x + "," + q.y);
+    }
+    for (const t of g.querySelectorAll("text")) {
+      const r = t.getBoundingClientRect();
+      if (!inside(r, s)) out.push("label " + t.textContent + " outside the drawing");
+      for (const [k, b] of boxes) if (gap(r, b) <= 0) out.push("label " + t.textContent + " over box " + k);
+    }
+  }
+  if (s.right > pageW + 0.5) out.push("the drawing runs off the page");
+  const heads = [...document.querySelectorAll("#board thead th")].map(th => th.textContent);
+  heads.forEach((h, i) => { if (!h || heads.indexOf(h) !== i) out.push("header " + JSON.stringify(h) + " empty or twice"); });
+  const cells = [...document.querySelectorAll('tr[data-order-id="%s"] td[data-stage]')];
+  if (cells.length !== heads.length - 1) out.push(cells.length + " cells for " + heads.length + " headers");
+  for (const td of cells) if (td.dataset.state !== "done" || !td.textContent) out.push("cell " + td.dataset.stage + " not done");
+  return { problems: out, minGap, boxes: boxes.length, headers: heads };
+})()`
+
+// checkLayout fails t with the layout problems of the live page showing order id.
+func checkLayout(t *testing.T, browser context.Context, id string) {
+	t.Helper()
+	type layout struct {
+		Problems []string
+		MinGap   float64
+		Boxes    int
+		Headers  []string
+	}
+	l, err := chromedp.Run(browser, chromedp.Evaluate[layout](fmt.Sprintf(layoutProblems, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range l.Problems {
+		t.Error(p)
+	}
+	t.Logf("%d boxes, the closest %.1f px apart; headers %q", l.Boxes, l.MinGap, l.Headers)
 }
 
 func TestAuditorFindsAKeyDeletedByHand(t *testing.T) {

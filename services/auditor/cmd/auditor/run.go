@@ -92,7 +92,7 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 		}
 		st.Store(s)
 		router := httpx.NewRouter(logger, reg, check)
-		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, apidoc.OpenAPI, logger).Routes(router)
+		api.New(audit, auditor.NewJourneys(s, cfg.Grace), s, pr, api.RegistryTopology(), apidoc.OpenAPI, logger).Routes(router)
 		srv.Ready(router)
 		logger.InfoContext(ctx, "auditor ready", slog.String("page", "http://"+displayAddr(srv.Addr())+"/"),
 			slog.Int("databases", len(contracts.Services())))

@@ -36,6 +36,7 @@ type API struct {
 	journeys *auditor.Journeys
 	st       *store.Store
 	probe    *probe.Probe
+	topo     Topology
 	openapi  []byte
 	errs     *httpx.Errors
 
@@ -44,9 +45,11 @@ type API struct {
 	last    Board
 }
 
-// New returns the API. openapi is the OpenAPI document served at /openapi.yaml.
-func New(audit *auditor.Audit, journeys *auditor.Journeys, st *store.Store, pr *probe.Probe, openapi []byte, logger *slog.Logger) *API {
-	return &API{auditor: audit, journeys: journeys, st: st, probe: pr, openapi: openapi,
+// New returns the API. topo is what the live page shows (production passes the
+// registry's, [RegistryTopology]); openapi is the OpenAPI document served at
+// /openapi.yaml.
+func New(audit *auditor.Audit, journeys *auditor.Journeys, st *store.Store, pr *probe.Probe, topo Topology, openapi []byte, logger *slog.Logger) *API {
+	return &API{auditor: audit, journeys: journeys, st: st, probe: pr, topo: topo, openapi: openapi,
 		errs: httpx.NewErrors(logger, errorRules()...)}
 }
 
@@ -94,12 +97,14 @@ func (a *API) eventJourney(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// Board is the live page's data: the latest orders, the counters and the audit.
-// Producer names the producer of the order's events, AnswerProducers the others (their
-// events answer the order's). Consumers names the request leg's consumer columns: the
-// consumers of the order's events, in the order of contracts.Consumers;
-// AnswerConsumers the answer leg's: the consumers of the answers.
+// Board is the live page's data: the topology it draws, the latest orders, the counters
+// and the audit. Producer names the producer of the order's events, AnswerProducers
+// those whose events answer them (the events of another producer that Producer
+// receives). Consumers names the request leg's consumer columns: the consumers of the
+// order's events, in the topology's order; AnswerConsumers the answer leg's: the
+// consumers of the answers. [Topology.Board] fills these fields.
 type Board struct {
+	Flow            Flow               `json:"flow"`
 	Producer        string             `json:"producer"`
 	AnswerProducers []string           `json:"answer_producers"`
 	Consumers       []string           `json:"consumers"`
@@ -109,6 +114,20 @@ type Board struct {
 	Audit           auditor.Report     `json:"audit"`
 	Grace           float64            `json:"grace_seconds"`
 	At              time.Time          `json:"at"`
+}
+
+// Flow is what the page's diagram draws: each producer with the consumers of its
+// events, and every consumer, in the topology's order.
+type Flow struct {
+	Producers []FlowProducer `json:"producers"`
+	Consumers []string       `json:"consumers"`
+}
+
+// FlowProducer is one producer of the diagram: its relay carries its events to each of
+// Consumers.
+type FlowProducer struct {
+	Name      string   `json:"name"`
+	Consumers []string `json:"consumers"`
 }
 
 // Counters are the live page's totals. A nil count could not be read (its source is
@@ -151,8 +170,8 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 		return Board{}, err
 	}
 	rep := a.auditor.Report()
-	b := Board{Orders: rows, Audit: rep, Grace: a.auditor.Grace().Seconds(), At: time.Now()}
-	b.Producer, b.AnswerProducers, b.Consumers, b.AnswerConsumers = legs()
+	b := a.topo.Board()
+	b.Orders, b.Audit, b.Grace, b.At = rows, rep, a.auditor.Grace().Seconds(), time.Now()
 	c := &b.Counters
 	c.Unaccounted, c.Unanswered = rep.UnaccountedTotal, rep.Unanswered
 	c.PerConsumer = map[string]Detail{}
@@ -167,7 +186,7 @@ func (a *API) readBoard(ctx context.Context) (Board, error) {
 	if err != nil {
 		c.Notes = append(c.Notes, err.Error())
 	}
-	for _, con := range contracts.Consumers() {
+	for _, con := range a.topo.Consumers {
 		var d Detail
 		if v, ok := scraped[con.Name]; ok {
 			dv, rv := v[dups], v[retries]
@@ -207,26 +226,64 @@ func (a *API) deadLetters(ctx context.Context, con contracts.Consumer, c *Counte
 	return depths[con.DeadLetterQueue], true
 }
 
-// legs splits the registry in two legs: the order's own producer and the consumers of
-// its events (the request leg), the other producers and the consumers of their events
-// (the answer leg).
-func legs() (producer string, answerProducers, request, answer []string) {
-	own, _ := contracts.ProducerOf(contracts.EventOrderPlaced)
-	answerProducers, request, answer = []string{}, []string{}, []string{}
-	for _, p := range contracts.Producers() {
-		if p.Name != own.Name {
-			answerProducers = append(answerProducers, p.Name)
+// Topology is what the live page shows: every producer with the events it
+// publishes and every consumer with the events it receives, in the order the page
+// lists them.
+type Topology struct {
+	Producers []contracts.Producer
+	Consumers []contracts.Consumer
+}
+
+// RegistryTopology returns the registry's topology: contracts.Producers and
+// contracts.Consumers.
+func RegistryTopology() Topology {
+	return Topology{Producers: contracts.Producers(), Consumers: contracts.Consumers()}
+}
+
+// Board returns a board of t with no orders: its flow and its two legs. The request
+// leg is the order's own producer (the one of contracts.EventOrderPlaced) and the
+// consumers of its events; the answer leg the other producers whose events that
+// producer receives, and the consumers of those events. A producer of neither leg is
+// drawn in the flow only: its events belong to no order's journey.
+func (t Topology) Board() Board {
+	b := Board{Flow: Flow{Producers: []FlowProducer{}, Consumers: []string{}},
+		AnswerProducers: []string{}, Consumers: []string{}, AnswerConsumers: []string{}, Orders: []auditor.BoardRow{}}
+	var own contracts.Producer
+	for _, p := range t.Producers {
+		if p.Publishes(contracts.EventOrderPlaced) {
+			own = p
 		}
 	}
-	for _, c := range contracts.Consumers() {
+	b.Producer = own.Name
+	var back contracts.Consumer // the order's producer as a consumer: what it receives are its answers
+	for _, c := range t.Consumers {
+		if c.Name == own.Name {
+			back = c
+		}
+	}
+	answer := func(event string) bool { return !own.Publishes(event) && back.Receives(event) }
+	for _, p := range t.Producers {
+		if p.Name != own.Name && slices.ContainsFunc(p.Events, answer) {
+			b.AnswerProducers = append(b.AnswerProducers, p.Name)
+		}
+		fp := FlowProducer{Name: p.Name, Consumers: []string{}}
+		for _, c := range t.Consumers {
+			if slices.ContainsFunc(c.Events, p.Publishes) {
+				fp.Consumers = append(fp.Consumers, c.Name)
+			}
+		}
+		b.Flow.Producers = append(b.Flow.Producers, fp)
+	}
+	for _, c := range t.Consumers {
+		b.Flow.Consumers = append(b.Flow.Consumers, c.Name)
 		if slices.ContainsFunc(c.Events, own.Publishes) {
-			request = append(request, c.Name)
+			b.Consumers = append(b.Consumers, c.Name)
 		}
-		if slices.ContainsFunc(c.Events, func(e string) bool { return !own.Publishes(e) }) {
-			answer = append(answer, c.Name)
+		if slices.ContainsFunc(c.Events, answer) {
+			b.AnswerConsumers = append(b.AnswerConsumers, c.Name)
 		}
 	}
-	return own.Name, answerProducers, request, answer
+	return b
 }
 
 func add(p *float64, v float64) *float64 {

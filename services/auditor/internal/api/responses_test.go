@@ -104,7 +104,7 @@ VALUES ($1, 'sha256:00ff', 'undecodable', 1, $2)`, contracts.ConsumerStock, t0.A
 		contracts.ConsumerShipping: "http://127.0.0.1:1/metrics"}, "amqp://guest:guest@127.0.0.1:1/", nil)
 	t.Cleanup(func() { _ = pr.Close() })
 	r := httpx.NewRouter(logger, reg)
-	api.New(audit, auditor.NewJourneys(s, time.Minute), s, pr, apidoc.OpenAPI, logger).Routes(r)
+	api.New(audit, auditor.NewJourneys(s, time.Minute), s, pr, api.RegistryTopology(), apidoc.OpenAPI, logger).Routes(r)
 	srv := openapitest.NewServer(t, openapitest.Load(t, apidoc.OpenAPI), r)
 
 	for _, tc := range []struct {

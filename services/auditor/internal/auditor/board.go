@@ -13,7 +13,8 @@ import (
 // BoardRow is one order on the live page: when it reached each stage of the two legs.
 // The request leg (in outbox, published, each consumer) follows the order's latest
 // event other than the outcome of an answer (its place, or its cancel); the answer leg
-// follows the latest answer to the order in another producer's outbox.
+// follows the latest answer to the order in another producer's outbox: an event the
+// order's producer receives.
 type BoardRow struct {
 	OrderID   uuid.UUID  `json:"order_id"`
 	Status    string     `json:"status"`
@@ -92,14 +93,19 @@ type legs struct {
 }
 
 // sortLegs sorts rows, in id (time) order, into legs: the last one of each kind wins.
+// Another producer's event that the order's producer does not receive answers nothing:
+// it is left out.
 func sortLegs(rows []store.OutboxRow) legs {
 	own, outcome := orderProducer(), outcomes()
+	back, _ := contracts.ConsumerNamed(own)
 	l := legs{placed: map[uuid.UUID]time.Time{}, request: map[uuid.UUID]store.OutboxRow{},
 		answer: map[uuid.UUID]store.OutboxRow{}, outcome: map[uuid.UUID]store.OutboxRow{}}
 	for _, r := range rows {
 		switch {
 		case r.Producer != own:
-			l.answer[r.OrderID] = r
+			if back.Receives(r.EventName) {
+				l.answer[r.OrderID] = r
+			}
 		case outcome[r.EventName] != "":
 			l.outcome[r.OrderID] = r
 		default:

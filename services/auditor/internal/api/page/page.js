@@ -48,8 +48,9 @@ function deliveryCell(t0, d, done) {
 // stock.reservation.confirmed.v1 -> confirmed.
 function answerWord(event) { const p = event.split("."); return p[p.length - 2]; }
 
-// stageCell returns the class and text of one stage of a board row.
-function stageCell(row, stage) {
+// stageCell returns the class and text of one stage of a board row; the order's
+// producer's cell of the answer names the status the answer led to.
+function stageCell(b, row, stage) {
   const t0 = row.draft;
   const a = row.answer;
   if (stage === "answer") return a ? ["done", answerWord(a.event) + " " + ms(t0, a.in_outbox)] : ["none", ""];
@@ -57,7 +58,10 @@ function stageCell(row, stage) {
     if (!a) return ["none", ""];
     return a.published ? ["done", ms(t0, a.published)] : ["wait", "relay…"];
   }
-  if (stage.startsWith("answer_")) return a ? deliveryCell(t0, a.consumers[stage.slice(7)], a.outcome) : ["none", ""];
+  if (stage.startsWith("answer_")) {
+    const c = stage.slice("answer_".length);
+    return a ? deliveryCell(t0, a.consumers[c], c === b.producer ? a.outcome : "") : ["none", ""];
+  }
   switch (stage) {
     case "draft": return ["done", clock(t0)];
     case "placed": return row.placed ? ["done", ms(t0, row.placed)] : ["none", row.status === "draft" ? "" : "–"];
@@ -81,19 +85,24 @@ function drawCounters(c) {
   document.querySelector('[data-counter="duplicates_skipped"]').title = dup;
 }
 
-// drawColumns adds one "<consumer> applied" column per consumer the board names, then
-// the answer leg's columns, once, or again when the consumers change.
+// drawColumns adds one "<consumer> applied" column per consumer of the order's events,
+// then, when some producer answers them, the answer leg's columns: the answer, its
+// publication and one per consumer of the answers ("<consumer> applied answer" when
+// that consumer has a column of the request leg already). Once, or again when the
+// board's consumers change.
 function drawColumns(b) {
-  const answered = (b.answer_consumers || []).map(c => "answer_" + c);
-  const want = orderStages.concat(b.consumers || [], answerStages, answered);
+  const answered = b.answer_producers.length ? answerStages.concat(b.answer_consumers.map(c => "answer_" + c)) : [];
+  const want = orderStages.concat(b.consumers, answered);
   if (want.join() === stages.join() && document.querySelector("#board thead th[data-stage]")) return;
   stages = want;
   const head = document.querySelector("#board thead tr");
   for (const th of head.querySelectorAll("th[data-stage]")) th.remove();
-  const names = { answer: (b.answer_producers || []).join(", ") + " answered", answer_published: "answer published" };
-  for (const s of want.slice(orderStages.length)) {
-    head.append(el("th", { "data-stage": s, class: answerStages.includes(s) || answered.includes(s) ? "back" : "" },
-      names[s] || s.replace(/^answer_/, "") + " applied"));
+  const names = { answer: b.answer_producers.join(", ") + " answered", answer_published: "answer published" };
+  for (const c of b.consumers) head.append(el("th", { "data-stage": c }, c + " applied"));
+  for (const s of answered) {
+    const c = s.replace(/^answer_/, "");
+    head.append(el("th", { "data-stage": s, class: "back" },
+      names[s] || c + " applied" + (b.consumers.includes(c) ? " answer" : "")));
   }
 }
 
@@ -103,107 +112,147 @@ function median(xs) {
   return s[Math.floor(s.length / 2)];
 }
 
-// hops returns the arrows of the flow with their counts over the board's rows: how
-// many events made the hop, how many wait at it, and the median time it took.
+// legOf names the leg of producer p's events: "request" for the order's own, "answer"
+// for an answer's, "other" for events that belong to no order's journey.
+function legOf(b, p) {
+  return p === b.producer ? "request" : b.answer_producers.includes(p) ? "answer" : "other";
+}
+
+// hops returns the arrows of the flow: for every producer, its outbox to its relay, its
+// relay to the broker and the broker to each consumer of its events. An arrow of either
+// leg counts over the board's rows how many events made the hop, how many wait at it,
+// and the median time it took; an arrow of another producer counts nothing (n null).
 function hops(b) {
-  const rows = b.orders, p = b.producer;
-  const hop = (id, leg, from, to, samples, waiting, sameTx) => ({ id, leg, from, to, n: samples.length, waiting, sameTx,
-    med: sameTx ? null : median(samples.filter(x => x !== null)) });
+  const rows = b.orders;
   const gap = (a, z) => (a && z) ? Math.max(0, new Date(z) - new Date(a)) : null;
-  const out = [
-    hop(p + "-outbox", "request", p, p + " relay", rows.filter(r => r.in_outbox).map(() => null), 0, true),
-    hop(p + "-relay", "request", p + " relay", "broker", rows.filter(r => r.published).map(r => gap(r.in_outbox, r.published)),
-      rows.filter(r => r.in_outbox && !r.published).length),
-  ];
-  for (const c of b.consumers) {
-    const ds = rows.map(r => [r, r.consumers[c]]).filter(([, d]) => d);
-    out.push(hop("deliver-" + c, "request", "broker", c,
-      ds.filter(([, d]) => d.state === "processed").map(([r, d]) => gap(r.published, d.processed_at)),
-      ds.filter(([, d]) => d.state === "in_retry").length));
-  }
-  const as = rows.filter(r => r.answer).map(r => [r, r.answer]);
-  for (const ap of b.answer_producers) {
-    const mine = as.filter(([, a]) => a.producer === ap);
-    out.push(hop(ap + "-outbox", "answer", ap, ap + " relay", mine.map(() => null), 0, true));
-    out.push(hop(ap + "-relay", "answer", ap + " relay", "broker",
-      mine.filter(([, a]) => a.published).map(([, a]) => gap(a.in_outbox, a.published)), mine.filter(([, a]) => !a.published).length));
-  }
-  for (const c of b.answer_consumers) {
-    const ds = as.map(([, a]) => [a, a.consumers[c]]).filter(([, d]) => d);
-    out.push(hop("deliver-answer-" + c, "answer", "broker", c,
-      ds.filter(([, d]) => d.state === "processed").map(([a, d]) => gap(a.published, d.processed_at)),
-      ds.filter(([, d]) => d.state === "in_retry").length));
+  const out = [];
+  const hop = (h, samples, waiting, sameTx) => out.push(Object.assign(h, samples === null ? { n: null, med: null } :
+    { n: samples.length, waiting, sameTx, med: sameTx ? null : median(samples.filter(x => x !== null)) }));
+  for (const fp of b.flow.producers) {
+    const p = fp.name, leg = legOf(b, p);
+    // evs are p's events on the board: the order's latest own event, or its answer
+    const evs = leg === "request" ? rows.filter(r => r.in_outbox).map(r => ({ in_outbox: r.in_outbox, published: r.published, consumers: r.consumers }))
+      : leg === "answer" ? rows.filter(r => r.answer && r.answer.producer === p).map(r => r.answer) : null;
+    const counted = leg === "request" ? b.consumers : leg === "answer" ? b.answer_consumers : [];
+    hop({ id: p + "-outbox", leg, from: "producer:" + p, to: "relay:" + p }, evs && evs.map(() => null), 0, true);
+    hop({ id: p + "-relay", leg, from: "relay:" + p, to: "broker" },
+      evs && evs.filter(e => e.published).map(e => gap(e.in_outbox, e.published)), evs && evs.filter(e => !e.published).length);
+    for (const c of fp.consumers) {
+      const h = { id: "deliver-" + p + "-" + c, leg, from: "broker", to: "consumer:" + c };
+      if (!evs || !counted.includes(c)) { hop(h, null); continue; }
+      const ds = evs.map(e => [e, e.consumers[c]]).filter(([, d]) => d);
+      hop(h, ds.filter(([, d]) => d.state === "processed").map(([e, d]) => gap(e.published, d.processed_at)),
+        ds.filter(([, d]) => d.state === "in_retry").length);
+    }
   }
   let slowest = null;
   for (const h of out) if (h.med !== null && (!slowest || h.med > slowest.med)) slowest = h;
   if (slowest) slowest.slowest = true;
+  for (const h of out) {
+    h.first = h.n === null ? "" : h.n + (h.sameTx ? " · same tx" : h.med !== null ? " · " + (h.med < 1000 ? h.med + " ms" : (h.med / 1000).toFixed(1) + " s") : "");
+    h.second = [h.waiting ? h.waiting + " waiting" : "", h.slowest ? "slowest" : ""].filter(Boolean).join(" · ");
+  }
   return out;
 }
 
-// drawFlow draws the services, their relays and the broker as boxes and each hop as an
-// arrow labelled with its count, its waiting events and its median time: the request
-// leg from the order's producer along the top, the answer leg back along the bottom.
+// The flow's geometry, in SVG units: one lane per arrow into a box (its label above the
+// line, its second line below), the space between boxes, the margin around them.
+const lane = 48, boxGap = 16, pad = 10, captionH = 22, minBox = 120, minGap = 110;
+
+// drawFlow lays out the board's flow in four columns, each computed from the flow:
+// every producer with its relay beside it, the broker, every consumer, each box as
+// wide as its column's longest name and each gap as wide as its longest label. Every
+// arrow is a straight line between two neighbouring columns, one lane of its target
+// box each, labelled with its count, its waiting events and its median time: blue
+// the order's events, orange the answers, grey any other producer's.
 function drawFlow(b) {
-  const W = 120, H = 40, colX = [10, 230, 460, 690, 910];
-  const right = b.consumers.filter(c => !b.answer_producers.includes(c)).concat(b.consumers.filter(c => b.answer_producers.includes(c)));
-  const rowY = i => 10 + i * 60;
-  const laneA = rowY(right.length - 1) + H / 2 + 0.5;
-  const laneB = rowY(right.length) + 40 + H / 2;
-  const height = laneB + H / 2 + 10;
-  const boxes = {};
-  boxes[b.producer] = { x: colX[0], y: laneA - H / 2, h: laneB + H / 2 - (laneA - H / 2) };
-  boxes[b.producer + " relay"] = { x: colX[1], y: laneA - H / 2, h: H };
-  boxes.broker = { x: colX[2], y: 10, h: height - 20, cls: "broker" };
-  right.forEach((c, i) => { boxes[c] = { x: colX[4], y: rowY(i), h: H }; });
-  b.answer_producers.forEach((p, i) => {
-    if (!boxes[p]) boxes[p] = { x: colX[4], y: laneB - H / 2 + i * 60, h: H };
-    boxes[p + " relay"] = { x: colX[3], y: laneB - H / 2 + i * 60, h: H };
-  });
   const svg = document.getElementById("flow-svg");
-  svg.setAttribute("viewBox", `0 0 ${colX[4] + W + 10} ${height + 10 * b.answer_producers.length}`);
   svg.replaceChildren();
+  const hs = hops(b);
+  // width measures text as the page styles it, in a group of class cls.
+  const width = (text, cls) => {
+    const g = el("svg:g", { class: cls }), t = el("svg:text", {}, text);
+    g.append(t);
+    svg.append(g);
+    const w = t.getComputedTextLength();
+    g.remove();
+    return w;
+  };
+  const colW = names => Math.ceil(Math.max(minBox, ...names.map(n => width(n, "box") + 28)));
+  const gapW = hs => Math.ceil(Math.max(minGap, ...hs.flatMap(h => [h.first, h.second].map(s => s ? width(s, "arrow" + (h.slowest ? " slowest" : "")) + 24 : 0))));
+  const producers = b.flow.producers.map(p => p.name), consumers = b.flow.consumers;
+  const wP = colW(producers), wR = colW(producers.map(p => p + " relay")), wB = minBox, wC = colW(consumers);
+  const g1 = gapW(hs.filter(h => h.id.endsWith("-outbox"))), g2 = gapW(hs.filter(h => h.to === "broker")),
+    g3 = gapW(hs.filter(h => h.from === "broker"));
+  const x = { producer: pad, relay: pad + wP + g1 };
+  x.broker = x.relay + wR + g2;
+  x.consumer = x.broker + wB + g3;
+  const W = x.consumer + wC + pad;
+
+  const into = c => hs.filter(h => h.to === "consumer:" + c);
+  const boxH = c => Math.max(1, into(c).length) * lane - 8;
+  const leftH = producers.length * (lane - 8) + Math.max(0, producers.length - 1) * boxGap;
+  const rightH = consumers.reduce((s, c) => s + boxH(c), 0) + Math.max(0, consumers.length - 1) * boxGap;
+  const top = pad + captionH, content = Math.max(leftH, rightH, lane - 8);
+  const H = top + content + pad;
+  const boxes = {};
+  const add = (key, name, col, y, h, w) => { boxes[key] = { name, x: x[col], y, w, h, cls: col }; };
+  let y = top + (content - leftH) / 2;
+  for (const p of producers) {
+    add("producer:" + p, p, "producer", y, lane - 8, wP);
+    add("relay:" + p, p + " relay", "relay", y, lane - 8, wR);
+    y += lane - 8 + boxGap;
+  }
+  add("broker", "broker", "broker", top, content, wB);
+  y = top + (content - rightH) / 2;
+  for (const c of consumers) {
+    add("consumer:" + c, c, "consumer", y, boxH(c), wC);
+    y += boxH(c) + boxGap;
+  }
+
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.style.maxWidth = W + "px";
   const defs = el("svg:defs");
-  for (const leg of ["request", "answer", "slow"]) {
+  for (const [leg, fill] of Object.entries({ request: "#3d6fd6", answer: "#c46a00", other: "#8c8c88", slow: "#b3261e" })) {
     const m = el("svg:marker", { id: "head-" + leg, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 10, markerHeight: 10,
       markerUnits: "userSpaceOnUse", orient: "auto" });
-    m.append(el("svg:path", { d: "M0,0 L10,5 L0,10 z", fill: { request: "#3d6fd6", answer: "#c46a00", slow: "#b3261e" }[leg] }));
+    m.append(el("svg:path", { d: "M0,0 L10,5 L0,10 z", fill }));
     defs.append(m);
   }
   svg.append(defs);
-  for (const [name, bx] of Object.entries(boxes)) {
-    const g = el("svg:g", { class: "box " + (bx.cls || ""), "data-box": name });
-    g.append(el("svg:rect", { x: bx.x, y: bx.y, width: W, height: bx.h }));
-    g.append(el("svg:text", { x: bx.x + W / 2, y: bx.y + bx.h / 2 }, name));
-    svg.append(g);
-  }
-  const ends = h => {
-    const f = boxes[h.from], t = boxes[h.to];
-    if (h.leg === "request") {
-      const y = h.to === "broker" || h.from === b.producer ? laneA : t.y + H / 2;
-      return [[f.x + W, y], [t.x, y]];
+  for (const [col, w] of [["producer", wP], ["relay", wR], ["consumer", wC]]) {
+    if (Object.values(boxes).some(bx => bx.cls === col)) {
+      svg.append(el("svg:text", { class: "caption", x: x[col] + w / 2, y: pad + 12 }, col + "s"));
     }
-    if (h.from === "broker") return [[f.x, laneB], [t.x + W, laneB]];
-    if (h.to === "broker") return [[f.x, f.y + H / 2], [t.x + W, f.y + H / 2]];
-    // the answer leaves its producer's box for its relay, down to the lower lane
-    const ty = t.y + H / 2;
-    return f.y + H < ty ? [[f.x + W / 2, f.y + f.h], [f.x + W / 2, ty], [t.x + W, ty]] : [[f.x, ty], [t.x + W, ty]];
-  };
-  for (const h of hops(b)) {
-    const pts = ends(h);
-    const g = el("svg:g", { class: `arrow ${h.leg}${h.slowest ? " slowest" : ""}`, "data-arrow": h.id });
-    g.append(el("svg:path", { d: "M" + pts.map(p => p.join(",")).join(" L"), "marker-end": `url(#head-${h.slowest ? "slow" : h.leg})` }));
-    const [a, z] = pts.slice(-2);
-    const first = h.n + (h.sameTx ? " · same tx" : h.med !== null ? " · " + (h.med < 1000 ? h.med + " ms" : (h.med / 1000).toFixed(1) + " s") : "");
-    const second = [h.waiting ? h.waiting + " waiting" : "", h.slowest ? "slowest" : ""].filter(Boolean).join(" · ");
-    const label = first + (second ? " · " + second : "");
-    const x = (a[0] + z[0]) / 2, y = Math.min(a[1], z[1]);
-    g.append(el("svg:text", { x, y: y - 6 }, first));
-    if (second) g.append(el("svg:text", { x, y: y + 16, class: "second" }, second));
-    g.append(el("svg:title", {}, `${h.from} → ${h.to}: ${label}`));
+  }
+  for (const [key, bx] of Object.entries(boxes)) {
+    const g = el("svg:g", { class: "box " + bx.cls, "data-box": key });
+    g.append(el("svg:rect", { x: bx.x, y: bx.y, width: bx.w, height: bx.h }));
+    g.append(el("svg:text", { x: bx.x + bx.w / 2, y: bx.y + bx.h / 2 }, bx.name));
     svg.append(g);
   }
+  const laneOf = {}; // the arrow's y at its target consumer: its lanes in the flow's order
+  for (const c of consumers) {
+    const bx = boxes["consumer:" + c], mine = into(c);
+    mine.forEach((h, i) => { laneOf[h.id] = bx.y + bx.h / 2 + (i - (mine.length - 1) / 2) * lane; });
+  }
+  for (const h of hs) {
+    const f = boxes[h.from], t = boxes[h.to];
+    const ly = laneOf[h.id] !== undefined ? laneOf[h.id] : f.y + f.h / 2;
+    const a = [f.x + f.w, ly], z = [t.x, ly];
+    const g = el("svg:g", { class: `arrow ${h.leg}${h.slowest ? " slowest" : ""}`, "data-arrow": h.id, "data-from": h.from, "data-to": h.to });
+    g.append(el("svg:path", { d: `M${a[0]},${a[1]} L${z[0]},${z[1]}`, "marker-end": `url(#head-${h.slowest ? "slow" : h.leg})` }));
+    const mid = (a[0] + z[0]) / 2;
+    if (h.first) g.append(el("svg:text", { x: mid, y: ly - 6 }, h.first));
+    if (h.second) g.append(el("svg:text", { x: mid, y: ly + 16, class: "second" }, h.second));
+    const label = h.n === null ? "events of no order's journey, not counted" : h.first + (h.second ? " · " + h.second : "");
+    g.append(el("svg:title", {}, `${f.name} → ${t.name}: ${label}`));
+    svg.append(g);
+  }
+  const other = hs.some(h => h.leg === "other");
   document.getElementById("flow-note").textContent =
-    `Counts and median times over the ${b.orders.length} orders below; the red arrow is the slowest hop.`;
+    `Counts and median times over the ${b.orders.length} orders below; the red arrow is the slowest hop` +
+    (other ? "; grey arrows carry events of no order's journey." : ".");
 }
 
 function drawBoard(b) {
@@ -218,7 +267,7 @@ function drawBoard(b) {
     id.append(el("span", { class: "st" }, row.status + " v" + row.version));
     tr.append(id);
     for (const s of stages) {
-      const [cls, text] = stageCell(row, s);
+      const [cls, text] = stageCell(b, row, s);
       tr.append(el("td", { class: "stage " + cls, "data-stage": s, "data-state": cls }, text));
     }
     tr.addEventListener("click", () => openJourney(row.order_id));
