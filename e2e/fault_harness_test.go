@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
 	"example.com/shop/platform/testkit"
 )
