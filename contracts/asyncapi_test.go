@@ -96,8 +96,11 @@ func sorted(s []string) []string {
 	return slices.Compact(s)
 }
 
-// The AsyncAPI document describes the broker names, events, queues, schemas and
-// headers of package contracts, no more and no less.
+// The AsyncAPI document, rendered by `make generate` from the registry and the schemas
+// (e2e/cmd/generate checks that it is current), describes the broker names, events,
+// queues, schemas and headers of package contracts: its template writes the exchange,
+// the schema paths and the headers by hand, so they are checked here, with every
+// reference resolving and each channel carrying what the registry puts there.
 func TestAsyncAPIMatchesTheContract(t *testing.T) {
 	t.Parallel()
 	doc := readAsyncAPI(t)
@@ -105,7 +108,8 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 		t.Fatalf("asyncapi %q, want 3.0.0", doc.AsyncAPI)
 	}
 
-	// Routing-key channels: one per event, on the exchange.
+	// Routing-key channels: one per event, on the exchange; queue channels: each
+	// consumer's queue and dead-letter queue with the events bound to it.
 	var routed []string
 	queues := map[string][]string{} // queue -> event names
 	for name, ch := range doc.Channels {
@@ -139,18 +143,11 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 		wantQueues[c.Queue] = sorted(c.Events)
 		wantQueues[c.DeadLetterQueue] = sorted(c.Events)
 	}
-	if len(queues) != len(wantQueues) {
-		t.Errorf("queue channels %v, want %v", queues, wantQueues)
-	}
-	for q, events := range wantQueues {
-		if !slices.Equal(queues[q], events) {
-			t.Errorf("queue %s carries %v in the document, %v in the contract", q, queues[q], events)
-		}
+	if !maps.EqualFunc(queues, wantQueues, slices.Equal) {
+		t.Errorf("queue channels %v, want the registry's %v", queues, wantQueues)
 	}
 
-	// Operations: each producer's relay sends its events, each consumer receives from its
-	// queue, and nothing else.
-	sends, receives := map[string]bool{}, map[string]bool{}
+	// Operations: a relay sends on an event's channel, a consumer receives from a queue.
 	for name, op := range doc.Operations {
 		key, _ := strings.CutPrefix(op.Channel.Ref, "#/channels/")
 		ch, ok := doc.Channels[key]
@@ -158,34 +155,14 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 			t.Errorf("operation %s: channel %q is not in channels", name, op.Channel.Ref)
 			continue
 		}
-		switch op.Action {
-		case "send":
-			sends[ch.Address] = true
-		case "receive":
-			receives[ch.Address] = true
+		if want := map[string]string{"send": "routingKey", "receive": "queue"}[op.Action]; ch.Bindings.AMQP.Is != want {
+			t.Errorf("operation %s: %s on channel %s (%s)", name, op.Action, key, ch.Bindings.AMQP.Is)
 		}
-	}
-	wantSends, wantReceives := map[string]bool{}, map[string]bool{}
-	for _, p := range contracts.Producers() {
-		for _, e := range p.Events {
-			wantSends[e] = true
-		}
-	}
-	for _, c := range contracts.Consumers() {
-		wantReceives[c.Queue] = true
-	}
-	if !maps.Equal(sends, wantSends) {
-		t.Errorf("send operations on %v, want one per event of the registry's producers %v", keysOf(sends), keysOf(wantSends))
-	}
-	if !maps.Equal(receives, wantReceives) {
-		t.Errorf("receive operations on %v, want one per queue of the registry's consumers %v", keysOf(receives), keysOf(wantReceives))
 	}
 
 	// Messages: the envelope schema with the event's payload schema, both files
 	// of schemas/, and the headers schema.
-	var names []string
 	for key, m := range doc.Components.Messages {
-		names = append(names, m.Name)
 		all := m.Payload.Schema.AllOf
 		if len(all) != 2 || all[0].Ref != "./schemas/envelope.json" || all[1].Properties.EventName.Const != m.Name ||
 			all[1].Properties.Payload.Ref != "./schemas/"+m.Name+".json" {
@@ -205,9 +182,6 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 			t.Errorf("message %s: headers %q, want #/components/schemas/headers", key, m.Headers.Ref)
 		}
 	}
-	if got, want := sorted(names), sorted(contracts.EventNames()); !slices.Equal(got, want) {
-		t.Errorf("messages %v, want the events %v", got, want)
-	}
 
 	h := doc.Components.Schemas["headers"]
 	var props []string
@@ -221,9 +195,4 @@ func TestAsyncAPIMatchesTheContract(t *testing.T) {
 	if !slices.Equal(sorted(h.Required), sorted(contracts.CloudEventsHeaders())) {
 		t.Errorf("required headers %v, want the CloudEvents ones %v", h.Required, contracts.CloudEventsHeaders())
 	}
-}
-
-// keysOf returns m's keys, sorted.
-func keysOf(m map[string]bool) []string {
-	return slices.Sorted(maps.Keys(m))
 }

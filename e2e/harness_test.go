@@ -99,7 +99,7 @@ func fastRetries() []string {
 // newShop migrates a fresh database per service of the registry, makes a fresh
 // vhost, starts the processes (system.New), each under its own database role and broker user
 // (leastPrivilege; the auditor, when asked for, under the read-only role
-// auditor), and waits until they are ready. Everything is stopped and
+// auditor and the broker user auditor), and waits until they are ready. Everything is stopped and
 // dropped when the test ends; on failure the processes' last output is
 // logged.
 func newShop(t *testing.T, opt options) *testSystem {

@@ -3,7 +3,9 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -40,8 +42,9 @@ func brokerUsers(t testing.TB) []rabbitadmin.User {
 // leastPrivilege returns, per process of system.New, the URLs that run it under its
 // own role and broker user: order serve as order_api and order, each relay as
 // <producer>_relay and <producer>-relay (which then declares no consumer queue), stock
-// serve as stock_app and stock, shipping serve as shipping_app and shipping. The databases must be migrated
-// by their owner first (system.Migrate does).
+// serve as stock_app and stock, shipping serve as shipping_app and shipping, the
+// auditor as the broker user auditor. The databases must be migrated by their owner
+// first (system.Migrate does).
 func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, brokerURLs map[string]string) map[string][]string {
 	t.Helper()
 	testkit.ApplySQLFile(t, rolesSQL)
@@ -56,6 +59,7 @@ func leastPrivilege(t testing.TB, orderURL, stockURL, shippingURL string, broker
 			"AMQP_URL=" + brokerURLs["stock-relay"], "RELAY_DECLARE_QUEUES=false"},
 		"shipping": {"SHIPPING_DATABASE_URL=" + testkit.URLAs(t, shippingURL, "shipping_app"), "AMQP_URL=" + brokerURLs["shipping"],
 			"RELAY_USERS=" + contracts.RelayUsers()},
+		"auditor": {"AMQP_URL=" + brokerURLs["auditor"]},
 	}
 }
 
@@ -155,31 +159,27 @@ func TestDatabaseRolesAreLimited(t *testing.T) {
 }
 
 // TestBrokerUsersAreLimited gives the users of deploy/rabbitmq/definitions.json their
-// permissions on a fresh vhost: each declares its own part of the topology, but stock
-// cannot publish to app.events, a relay cannot publish another producer's events, and
-// order-relay cannot consume stock.events. No user but the administrator may publish
-// through the default exchange, a consumer's copies exchange takes only its own
-// user's messages, and the broker refuses a user_id other than the connection's
+// permissions on a fresh vhost: each relay and consumer declares its own part of the
+// topology, but a consumer cannot publish to app.events, a relay cannot publish another
+// producer's events, and order-relay cannot consume stock.events. No user but the
+// administrator may publish through the default exchange, a consumer's copies exchange
+// takes only its own user's messages, the auditor may only count a queue's messages
+// (a passive declare), and the broker refuses a user_id other than the connection's
 // user (docs/architecture.md, rule 8).
 func TestBrokerUsersAreLimited(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t)
-	_, urls := testkit.NewVhostWithUsers(t, brokerUsers(t))
+	users := brokerUsers(t)
+	_, urls := testkit.NewVhostWithUsers(t, users)
 
-	consumer := func(name string) amqp.Topology {
-		c, ok := contracts.ConsumerNamed(name)
-		if !ok {
-			t.Fatalf("no consumer %s in the contract", name)
-		}
-		return amqp.EventTopology(amqp.ConsumerQueue(c, []time.Duration{time.Second}))
+	topology := map[string]amqp.Topology{}
+	for _, p := range contracts.Producers() {
+		topology[p.RelayUser] = amqp.EventTopology() // RELAY_DECLARE_QUEUES=false
 	}
-	for user, topo := range map[string]amqp.Topology{
-		"order-relay": amqp.EventTopology(), // RELAY_DECLARE_QUEUES=false
-		"stock-relay": amqp.EventTopology(),
-		"stock":       consumer(contracts.ConsumerStock),
-		"shipping":    consumer(contracts.ConsumerShipping),
-		"order":       consumer(contracts.ConsumerOrder),
-	} {
+	for _, c := range contracts.Consumers() {
+		topology[c.Name] = amqp.EventTopology(amqp.ConsumerQueue(c, []time.Duration{time.Second}))
+	}
+	for user, topo := range topology {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, err := amqp.Dial(dctx, urls[user], topo, nil)
 		cancel()
@@ -256,13 +256,26 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 			return ch.PublishWithContext(ctx, exchange, key, false, false, amqp091.Publishing{Body: []byte(`{}`), UserId: userID})
 		}
 	}
-	for _, user := range []string{"order", "stock", "shipping", "order-relay", "stock-relay"} {
-		refused(user, "publishing to order.events through the default exchange", publish("", contracts.QueueOrder, ""))
+	for _, u := range users {
+		refused(u.Name, "publishing to order.events through the default exchange", publish("", contracts.QueueOrder, ""))
 	}
 	refused("stock", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
 	refused("stock-relay", "publishing to order's copies exchange", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
-	for _, user := range []string{"order", "shipping"} {
+	for _, user := range []string{"order", "shipping", "auditor"} {
 		refused(user, "publishing stock's answer", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, ""))
+	}
+	refused("auditor", "reading stock.events.dlq", func(ch *amqp091.Channel) error {
+		_, _, err := ch.Get(contracts.QueueStockDLQ, false)
+		return err
+	})
+	refused("auditor", "declaring a queue", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("auditor.scratch", false, true, false, false, nil)
+		return err
+	})
+	for _, c := range contracts.Consumers() {
+		if _, err := channel("auditor").QueueDeclarePassive(c.DeadLetterQueue, true, false, false, false, nil); err != nil {
+			t.Errorf("auditor cannot count the messages of %s: %v", c.DeadLetterQueue, err)
+		}
 	}
 
 	// What each needs, it may: a relay publishes its own events under its own
@@ -295,4 +308,43 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 
 	refusedWith(amqp091.PreconditionFailed, "order-relay", "publishing with user_id stock-relay",
 		publish(contracts.Exchange, contracts.EventOrderPlaced, "stock-relay"))
+}
+
+// TestBrokerDefinitionsLoad imports deploy/rabbitmq/definitions.json into a private
+// RabbitMQ node, as docker-compose.yml's broker does at boot, and signs in as each of its
+// users with the password the file gives it, its name: the file loads on this machine's
+// RabbitMQ, its first line's comment included, and its password hashes are right.
+func TestBrokerDefinitionsLoad(t *testing.T) {
+	t.Parallel()
+	file, err := filepath.Abs(definitionsJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := testkit.StartRabbitNode(t)
+	node.Ctl(t, "import_definitions", file)
+	names := []string{"guest"}
+	for _, u := range brokerUsers(t) {
+		names = append(names, u.Name)
+	}
+	for _, name := range names {
+		u, err := url.Parse(node.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword(name, name)
+		// The import runs in the background: the users appear within moments.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			conn, err := amqp091.Dial(u.String())
+			if err == nil {
+				_ = conn.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s cannot sign in with its password: %v", name, err)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }

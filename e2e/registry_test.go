@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
+	promlabels "github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
 	"example.com/shop/contracts"
@@ -243,42 +245,21 @@ func TestKubernetesFollowsTheRegistry(t *testing.T) {
 	}
 }
 
-// TestAccessFollowsTheRegistry: deploy/postgres/roles.sql creates, for each service
-// of the registry, the role its serve runs as (<name>_app, or <name>_api for an HTTP
-// API) and its <name>_maintenance role, and <producer>_relay for each producer; and
-// deploy/rabbitmq/definitions.json has a user per relay and per consumer
-// (system.BrokerUsers) allowed on exactly the names it needs: a consumer configures
-// and reads its queue and dead-letter queue, a relay writes to the exchange.
+// TestAccessFollowsTheRegistry: the users of deploy/rabbitmq/definitions.json (one per
+// relay and per consumer, and the auditor: system.BrokerUsers) may use exactly the names
+// they need, whatever the service: a consumer configures and reads its queue and
+// dead-letter queue and writes its own copies exchange only, a relay writes to the
+// exchange its own producer's events only and touches no queue, the auditor may do
+// nothing but a passive declare, and no user but guest may publish through the default
+// exchange. TestBrokerUsersAreLimited shows the broker enforcing it.
 func TestAccessFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(rolesSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := map[string]bool{}
-	for _, m := range regexp.MustCompile(`'([a-z0-9_]+)'`).FindAllStringSubmatch(string(raw), -1) {
-		roles[m[1]] = true
-	}
-	db := func(name string) string { return strings.ReplaceAll(name, "-", "_") }
-	for _, s := range contracts.Services() {
-		if !roles[db(s.Name)+"_app"] && !roles[db(s.Name)+"_api"] {
-			t.Errorf("roles.sql: no role %s_app (or %s_api) for %s serve", db(s.Name), db(s.Name), s.Name)
-		}
-		if !roles[db(s.Name)+"_maintenance"] {
-			t.Errorf("roles.sql: no role %s_maintenance for %s's migrate and purges", db(s.Name), s.Name)
-		}
-	}
-	for _, p := range contracts.Producers() {
-		if !roles[db(p.Name)+"_relay"] {
-			t.Errorf("roles.sql: no role %s_relay for %s relay", db(p.Name), p.Name)
-		}
-	}
-
-	users, err := system.BrokerUsers("../deploy/rabbitmq/definitions.json")
+	users, err := system.BrokerUsers(definitionsJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
 	perms := map[string][3]*regexp.Regexp{} // user -> configure, write, read
+	topic := map[string]*regexp.Regexp{}    // user -> routing keys it may publish to the exchange
 	for _, u := range users {
 		var rs [3]*regexp.Regexp
 		for i, expr := range []string{u.Configure, u.Write, u.Read} {
@@ -287,7 +268,19 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 			}
 		}
 		perms[u.Name] = rs
+		for _, tp := range u.Topic {
+			if tp.Exchange == contracts.Exchange {
+				if topic[u.Name], err = regexp.Compile(tp.Write); err != nil {
+					t.Fatalf("definitions.json: topic permission of %s: %v", u.Name, err)
+				}
+			}
+		}
 	}
+	var names []string // every queue and exchange of the registry
+	for _, c := range contracts.Consumers() {
+		names = append(names, c.Queue, c.DeadLetterQueue, amqp.CopiesExchange(c.Queue))
+	}
+	names = append(names, contracts.Exchange, "amq.default")
 	for _, c := range contracts.Consumers() {
 		p := perms[c.Name]
 		for _, q := range []string{c.Queue, c.DeadLetterQueue} {
@@ -303,20 +296,13 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 				t.Errorf("definitions.json: user %s may write to %s: %v, want %v", c.Name, x, !(other.Name == c.Name), other.Name == c.Name)
 			}
 		}
+		if p[1].MatchString(contracts.Exchange) {
+			t.Errorf("definitions.json: user %s may publish to %s", c.Name, contracts.Exchange)
+		}
 	}
 	for name, p := range perms {
 		if p[1].MatchString("amq.default") {
 			t.Errorf("definitions.json: user %s may publish through the default exchange (amq.default), into any queue", name)
-		}
-	}
-	topic := map[string]*regexp.Regexp{} // user -> routing keys it may publish to the exchange
-	for _, u := range users {
-		for _, tp := range u.Topic {
-			if tp.Exchange == contracts.Exchange {
-				if topic[u.Name], err = regexp.Compile(tp.Write); err != nil {
-					t.Fatalf("definitions.json: topic permission of %s: %v", u.Name, err)
-				}
-			}
 		}
 	}
 	for _, prod := range contracts.Producers() {
@@ -324,8 +310,14 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 		if user != prod.RelayUser {
 			t.Errorf("registry: producer %s has RelayUser %q; its relay runs as %s", prod.Name, prod.RelayUser, user)
 		}
-		if p := perms[user]; !p[1].MatchString(contracts.Exchange) {
+		p := perms[user]
+		if !p[1].MatchString(contracts.Exchange) {
 			t.Errorf("definitions.json: user %s may not write to %s", user, contracts.Exchange)
+		}
+		for _, c := range contracts.Consumers() {
+			if p[0].MatchString(c.Queue) || p[2].MatchString(c.Queue) {
+				t.Errorf("definitions.json: user %s may configure or read %s", user, c.Queue)
+			}
 		}
 		keys := topic[user]
 		if keys == nil {
@@ -340,87 +332,57 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 			}
 		}
 	}
+	for i, p := range perms["auditor"] {
+		for _, x := range names {
+			if p.MatchString(x) {
+				t.Errorf("definitions.json: user auditor may %s %s", [3]string{"configure", "write", "read"}[i], x)
+			}
+		}
+	}
 }
 
 // TestMonitoringFollowsTheRegistry: the alert rules (deploy/prometheus/alerts.yaml)
-// and the Grafana dashboard (deploy/grafana/shop.json) cover every service of the
-// registry because none of their expressions picks one service by name, every
-// expression over a consumer's metrics keeps the consumer label, and the dead-letter
-// alert's queue pattern matches every dead-letter queue.
+// cover every service of the registry because none of their expressions picks one
+// service by name, every expression over a consumer's metrics keeps the consumer
+// label, and the dead-letter alert's queue pattern matches every dead-letter queue.
+// The dashboard (deploy/grafana/shop.json) has a row for each producer's relay and
+// each consumer, and every selector of a relay's or a consumer's metric in a panel
+// picks the service of the panel's row: no panel sums two services or shows another's
+// series.
 func TestMonitoringFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var alerts struct {
-		Groups []struct {
-			Rules []struct {
-				Alert string `json:"alert"`
-				Expr  string `json:"expr"`
-			} `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := yaml.Unmarshal(raw, &alerts); err != nil {
-		t.Fatalf("alerts.yaml: %v", err)
-	}
-	exprs := map[string]string{} // expression -> where
-	for _, g := range alerts.Groups {
-		for _, r := range g.Rules {
-			exprs[r.Expr] = "alert " + r.Alert
-		}
-	}
-	raw, err = os.ReadFile("../deploy/grafana/shop.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("shop.json: %v", err)
-	}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			exprs[tg.Expr] = "dashboard panel " + p.Title
-		}
-	}
-	if len(exprs) < 10 {
-		t.Fatalf("read only %d expressions from alerts.yaml and shop.json: the parse is broken", len(exprs))
-	}
+	perConsumer := regexp.MustCompile(`^(inbox_|amqp_consumer_|dead_letters_open|delivery_(unaccounted|dead_letter))`)
 
 	names := map[string]bool{}
 	for _, s := range contracts.Services() {
 		names[s.Name] = true
 	}
 	for _, p := range contracts.Producers() {
-		names[system.RelayName(p.Name)] = true
+		names[p.RelayUser] = true
 	}
 	for _, c := range contracts.Consumers() {
 		names[c.Queue], names[c.DeadLetterQueue] = true, true
 	}
 	matcher := regexp.MustCompile(`\b(consumer|producer|queue|job|service)\s*=\s*"([^"]*)"`)
-	perConsumer := regexp.MustCompile(`\b(inbox_|amqp_consumer_|dead_letters_open|delivery_unaccounted_events)`)
 	byConsumer := regexp.MustCompile(`by\s*\([^)]*\bconsumer\b`)
 	var dlqPatterns []*regexp.Regexp
-	for expr, where := range exprs {
-		for _, m := range matcher.FindAllStringSubmatch(expr, -1) {
+	alerts := alertExprs(t)
+	if len(alerts) < 10 {
+		t.Fatalf("read only %d alerts from alerts.yaml: the parse is broken", len(alerts))
+	}
+	for _, e := range alerts {
+		for _, m := range matcher.FindAllStringSubmatch(e.expr, -1) {
 			if names[m[2]] {
-				t.Errorf("%s watches %s=%q only: %s", where, m[1], m[2], expr)
+				t.Errorf("%s watches %s=%q only: %s", e.where, m[1], m[2], e.expr)
 			}
 		}
-		if perConsumer.MatchString(expr) && !byConsumer.MatchString(expr) {
-			t.Errorf("%s sums its consumers' metrics into one series: group by consumer: %s", where, expr)
+		if slices.ContainsFunc(metricNames(t, e.expr), perConsumer.MatchString) && !byConsumer.MatchString(e.expr) {
+			t.Errorf("%s sums its consumers' metrics into one series: group by consumer: %s", e.where, e.expr)
 		}
-		for _, m := range regexp.MustCompile(`queue\s*=~\s*"([^"]*)"`).FindAllStringSubmatch(expr, -1) {
+		for _, m := range regexp.MustCompile(`queue\s*=~\s*"([^"]*)"`).FindAllStringSubmatch(e.expr, -1) {
 			re, err := regexp.Compile("^(?:" + strings.ReplaceAll(m[1], `\\`, `\`) + ")$")
 			if err != nil {
-				t.Errorf("%s: queue pattern %q: %v", where, m[1], err)
+				t.Errorf("%s: queue pattern %q: %v", e.where, m[1], err)
 				continue
 			}
 			dlqPatterns = append(dlqPatterns, re)
@@ -428,7 +390,86 @@ func TestMonitoringFollowsTheRegistry(t *testing.T) {
 	}
 	for _, c := range contracts.Consumers() {
 		if !slices.ContainsFunc(dlqPatterns, func(re *regexp.Regexp) bool { return re.MatchString(c.DeadLetterQueue) }) {
-			t.Errorf("no alert or panel watches the dead-letter queue %s by its queue pattern", c.DeadLetterQueue)
+			t.Errorf("no alert watches the dead-letter queue %s by its queue pattern", c.DeadLetterQueue)
+		}
+	}
+
+	// What each selector must pick, by the label that names it (a relay's job, a
+	// consumer, a consumer's dead-letter queue), and the row that shows it: the
+	// service's, naming the relay's job or the consumer's queue.
+	type pick struct{ what, service, rowNames string }
+	picks := map[string]pick{}
+	for _, p := range contracts.Producers() {
+		picks["job="+p.RelayUser] = pick{p.Name + "'s relay", p.Name, p.RelayUser}
+	}
+	for _, c := range contracts.Consumers() {
+		picks["consumer="+c.Name] = pick{"consumer " + c.Name, c.Name, c.Queue}
+		picks["queue="+c.DeadLetterQueue] = pick{"consumer " + c.Name, c.Name, c.Queue}
+	}
+	raw, err := os.ReadFile("../deploy/grafana/shop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Type, Title string
+			Targets     []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("shop.json: %v", err)
+	}
+	shown := map[string]bool{}
+	row := ""
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			continue
+		}
+		for _, tg := range p.Targets {
+			e, err := parser.ParseExpr(tg.Expr)
+			if err != nil {
+				t.Fatalf("shop.json: panel %s: %q: %v", p.Title, tg.Expr, err)
+			}
+			parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+				vs, ok := n.(*parser.VectorSelector)
+				if !ok {
+					return nil
+				}
+				label := ""
+				switch {
+				case strings.HasPrefix(vs.Name, "relay_"):
+					label = "job"
+				case perConsumer.MatchString(vs.Name):
+					label = "consumer"
+				case vs.Name == "amqp_queue_messages":
+					label = "queue"
+				default:
+					return nil
+				}
+				value := ""
+				for _, m := range vs.LabelMatchers {
+					if m.Name == label && m.Type == promlabels.MatchEqual {
+						value = m.Value
+					}
+				}
+				want, ok := picks[label+"="+value]
+				switch {
+				case label == "queue" && value == contracts.UnroutableQueue:
+				case !ok:
+					t.Errorf("shop.json: panel %s (row %q): %s picks no %s of the registry", p.Title, row, vs, label)
+				case !strings.HasPrefix(row, want.service+": ") || !strings.Contains(row, want.rowNames):
+					t.Errorf("shop.json: panel %s (row %q) shows %s: %s", p.Title, row, want.what, vs)
+				default:
+					shown[want.what] = true
+				}
+				return nil
+			})
+		}
+	}
+	for _, want := range picks {
+		if !shown[want.what] {
+			t.Errorf("shop.json: no row shows %s", want.what)
 		}
 	}
 }

@@ -240,7 +240,7 @@ func (d *demo) tracingEnv() []string {
 // as <producer>_relay (the auditor as auditor: AuditorDBURLs); and, with userURLs
 // (a fresh vhost, by broker user), every relay and consumer as the broker user of
 // its name, the consumers accepting each producer's events from its relay's user
-// only (RELAY_USERS). The relays may not declare the consumers' queues then: the
+// only (RELAY_USERS), and the auditor as the broker user auditor. The relays may not declare the consumers' queues then: the
 // consumers declare them, and start before any order. It fails on a role roles
 // lacks.
 func processEnv(dbURLs, userURLs map[string]string, roles map[string]bool) (map[string][]string, error) {
@@ -278,6 +278,9 @@ func processEnv(dbURLs, userURLs map[string]string, roles map[string]bool) (map[
 		if userURLs != nil {
 			env[c.Name] = append(env[c.Name], "AMQP_URL="+userURLs[c.Name], "RELAY_USERS="+contracts.RelayUsers())
 		}
+	}
+	if userURLs != nil {
+		env["auditor"] = append(env["auditor"], "AMQP_URL="+userURLs["auditor"])
 	}
 	return env, nil
 }

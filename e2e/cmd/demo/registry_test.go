@@ -128,6 +128,9 @@ func TestDemoFollowsTheRegistry(t *testing.T) {
 			t.Errorf("%s: RELAY_USERS=%q, want %q", c.Name, got, contracts.RelayUsers())
 		}
 	}
+	if got := user(value(sys.Auditor, "AMQP_URL")); got != "auditor" {
+		t.Errorf("the auditor counts dead letters as broker user %q, want auditor", got)
+	}
 	for _, svc := range contracts.Services() {
 		if got := value(sys.Auditor, "AUDITOR_"+dbVar(svc.Name)); got != dbURLs[svc.Name] {
 			t.Errorf("the auditor reads %s at %q, want %q", svc.Name, got, dbURLs[svc.Name])

@@ -13,5 +13,16 @@ func funcs() template.FuncMap {
 		"title":  title,
 		"join":   strings.Join,
 		"purge":  newPurgeJob,
+		// deploy/rabbitmq/definitions.json (broker.go)
+		"rabbitHash": rabbitHash,
+		"jsonRegexp": jsonRegexp,
+		"jsonHeader": jsonHeader,
+		// the alert rules and the dashboard (monitor.go)
+		"alertRules":    alertRules,
+		"indentLines":   indentLines,
+		"dashboardRows": dashboardRows,
+		// contracts/asyncapi.yaml (asyncapi.go)
+		"camel":      camel,
+		"eventTitle": eventTitle,
 	}
 }

@@ -15,8 +15,8 @@ import (
 // permissions on the "/" vhost,
 // to be given on another vhost. Their password is their name (local servers only).
 // It fails when the file is unreadable or its users are not exactly those of the
-// registry: "<producer>-relay" for each producer (RelayName) and one per consumer
-// (order-relay, stock-relay, stock, shipping and order).
+// registry: "<producer>-relay" for each producer (RelayName), one per consumer
+// (order-relay, stock-relay, stock, shipping and order), and auditor.
 func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -33,7 +33,7 @@ func BrokerUsers(path string) ([]rabbitadmin.User, error) {
 	if err := json.Unmarshal(raw, &defs); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var users, got []string
+	users, got := []string{"auditor"}, []string(nil)
 	var out []rabbitadmin.User
 	for _, p := range defs.Permissions {
 		if p.User != "guest" && p.Vhost == "/" {
