@@ -9,8 +9,8 @@ import (
 // and where each one runs by default ([Services]). It is the one list the rest of the
 // repository follows: the auditor reads one database per service and audits every consumer;
 // the AsyncAPI document, the end-to-end system, the build and the deploy files are checked
-// against it by tests (docs/architecture.md, "Add a fourth service"). Adding a service starts
-// with its entries here.
+// against it by tests, and `make generate` derives every deploy file from it
+// (docs/architecture.md, "Add a service"). Adding a service is one entry in [Services].
 
 // Consumer names, the `consumer` column of each consuming service's processed_event and
 // dead_letter tables.
@@ -159,18 +159,21 @@ type Service struct {
 	Receives []string
 }
 
-// Services returns every service of the registry, in a fresh slice the caller may modify:
-// order, publishing the order events and receiving stock's answers; stock, reserving for
-// placed orders, releasing for cancelled ones and answering placed orders; shipping,
-// following every status of an order.
+// Services returns every service of the registry, in a fresh slice the caller may modify;
+// the comment of each entry says what the service does.
 func Services() []Service {
 	return []Service{
+		// order takes orders over HTTP, publishes their changes and moves placed orders on
+		// stock's answers.
 		{Name: "order", Database: "orders", HTTPAddr: ":8081", AppRole: "order_api", RelayAddr: ":8084",
 			Publishes: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected},
 			Receives:  []string{EventStockReservationConfirmed, EventStockReservationRejected}},
+		// stock reserves for placed orders, releases for cancelled ones and answers placed
+		// orders.
 		{Name: "stock", Database: "stock", HTTPAddr: ":8082", RelayAddr: ":8087",
 			Publishes: []string{EventStockReservationConfirmed, EventStockReservationRejected},
 			Receives:  []string{EventOrderPlaced, EventOrderCancelled}},
+		// shipping follows every status of an order and keeps the order's shipment.
 		{Name: "shipping", Database: "shipping", HTTPAddr: ":8083",
 			Receives: []string{EventOrderPlaced, EventOrderCancelled, EventOrderConfirmed, EventOrderRejected}},
 	}

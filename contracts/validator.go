@@ -100,6 +100,35 @@ func NewValidator() (*Validator, error) {
 	return v, nil
 }
 
+// Example returns the first of the examples of eventName's payload schema (its
+// "examples" keyword): a payload the schema accepts, so that a test can send any event
+// without a sample of its own. It wraps [ErrUnknownEvent] for a name that is not one of
+// [EventNames], and fails for a schema without an example (the contract's tests require
+// one in every payload schema).
+func Example(eventName string) (json.RawMessage, error) {
+	if !knownEvent(eventName) {
+		return nil, fmt.Errorf("contracts: example of %q: %w", eventName, ErrUnknownEvent)
+	}
+	data, err := schemaFS.ReadFile("schemas/" + eventName + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("contracts: read schema %s: %w", eventName, err)
+	}
+	var s struct {
+		Examples []json.RawMessage `json:"examples"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("contracts: schema %s: %w", eventName, err)
+	}
+	if len(s.Examples) == 0 {
+		return nil, fmt.Errorf("contracts: schemas/%s.json has no examples", eventName)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, s.Examples[0]); err != nil {
+		return nil, fmt.Errorf("contracts: schema %s: %w", eventName, err)
+	}
+	return b.Bytes(), nil
+}
+
 // Validate checks an event body: it must be one JSON object satisfying schemas/envelope.json,
 // and its payload must satisfy the schema of its event_name.
 //

@@ -1,30 +1,26 @@
-// Command service adds a service to the repository by the recipe of
-// docs/architecture.md ("Add a fourth service"), so that the recipe holds by
-// construction. `make service NAME=billing [KIND=consumer|both]` runs it.
+// Command service adds a service to the repository by the recipe of docs/architecture.md
+// ("Add a service"). `make service NAME=billing [KIND=consumer|both]` runs it.
 //
-// It writes services/NAME from the templates beside this file (a binary that
-// mounts platform/consumerapp, an inbox handler for every event of its registry
-// entry recording each one in received_event, a read API, migrations and tests),
-// adds it to go.work, adds its registry entry and broker names to contracts and
-// its channels to contracts/asyncapi.yaml, and gives it every deploy entry that
-// e2e/registry_test.go asks of a consumer (docker-compose.yml, Prometheus,
-// deploy/k8s, deploy/postgres/roles.sql, deploy/rabbitmq/definitions.json), each
-// made like the entry of the service -like (shipping by default). KIND=both adds
-// the producer half too (step 8 of the recipe): the binary also mounts
-// platform/producerapp, its schema the outbox, and each handler of another
-// producer's event writes NAME.NAME.recorded.v1 to the outbox in the inbox's
-// transaction; the event gets its constant, payload type and JSON Schema in
-// contracts, a Producer entry, and NAME as its consumer (the registry wants one
-// for every event; NAME only records its own event), and the relay its deploy
-// entries, made like those of -like-producer's relay (stock's by default). It
-// prints every file it wrote or changed. Flags:
+// It writes services/NAME from the templates beside this file: a binary that mounts
+// platform/consumerapp, a typed inbox handler (inbox.On) for every event it receives that
+// records the event in received_event, a domain package, its store, a read API with its
+// OpenAPI document, migrations and tests. It adds one entry to the registry
+// (contracts/registry.go: Services) and the module to go.work, then runs `make generate`,
+// which brings every deploy file, the AsyncAPI document and the event names in line with
+// the registry. It edits no other file.
 //
-//	-name NAME           the new service: a lowercase letter, then lowercase letters and digits
-//	-kind KIND           consumer (the default) or both; producer is refused: add it
-//	                     with both, then drop its consumer half
-//	-like NAME           the consumer whose deploy entries the new ones copy (default shipping)
-//	-like-producer NAME  KIND=both: the producer whose relay's entries the new ones copy (default stock)
-//	-root DIR            the repository (default .)
+// A consumer receives every event of the registry's first producer (order's, here). KIND=both
+// also publishes one event of its own, NAME.NAME.recorded.v1: its JSON Schema in
+// contracts/schemas, its payload type in the service's domain package, an outbox in its
+// schema, `NAME relay`, and handlers that write the event through the outbox for each event of
+// another producer they record. The service receives its own event too, since every event
+// needs a consumer. KIND=producer is refused: its event would reach no queue.
+//
+// It prints every file it wrote and every file `make generate` wrote. Flags:
+//
+//	-name NAME  the new service: a lowercase letter, then lowercase letters and digits
+//	-kind KIND  consumer (the default) or both
+//	-root DIR   the repository (default .)
 //
 // The exit code is 2 for a bad flag or argument, 1 for any other failure.
 package main
@@ -47,9 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.Name, "name", "", "the new service's name, e.g. billing")
-	fs.StringVar(&o.Kind, "kind", "consumer", "consumer or both (a consumer that also publishes an event of its own)")
-	fs.StringVar(&o.Like, "like", "shipping", "the consumer whose deploy entries the new ones copy")
-	fs.StringVar(&o.LikeProducer, "like-producer", "stock", "KIND=both: the producer whose relay's deploy entries the new ones copy")
+	fs.StringVar(&o.Kind, "kind", "consumer", "consumer, or both (a consumer that also publishes an event of its own)")
 	fs.StringVar(&o.Root, "root", ".", "the repository")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -62,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now()
-	files, err := Add(o)
+	r, err := Add(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "service: %v\n", err)
 		var u usageError
@@ -71,11 +65,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	for _, f := range files {
+	fmt.Fprintln(stdout, "wrote:")
+	for _, f := range r.Wrote {
 		fmt.Fprintln(stdout, "  "+f)
 	}
-	fmt.Fprintf(stdout, "added %s (%s) in %s: %d files written or changed.\n", o.Name, o.Kind, time.Since(start).Round(time.Millisecond), len(files))
-	fmt.Fprintf(stdout, "Next: go test -run FollowsTheRegistry ./e2e/ and (cd services/%s && go test ./...); then its domain.\n", o.Name)
+	fmt.Fprintln(stdout, "make generate wrote:")
+	for _, f := range r.Generated {
+		fmt.Fprintln(stdout, "  "+f)
+	}
+	fmt.Fprintf(stdout, "added %s (%s, HTTP %s) in %s: %d files written, %d generated.\n",
+		o.Name, o.Kind, r.HTTPAddr, time.Since(start).Round(time.Millisecond), len(r.Wrote), len(r.Generated))
+	fmt.Fprintf(stdout, "Next: (cd services/%s && go test ./...); then its own tables and handlers (docs/architecture.md, \"Add a service\").\n", o.Name)
 	return 0
 }
 

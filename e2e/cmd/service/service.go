@@ -2,15 +2,14 @@ package main
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
 	"embed"
-	"encoding/base64"
 	"fmt"
 	"go/format"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -19,7 +18,7 @@ import (
 	"strings"
 	"text/template"
 
-	"golang.org/x/mod/modfile"
+	"sigs.k8s.io/yaml"
 
 	"example.com/shop/contracts"
 )
@@ -27,282 +26,351 @@ import (
 //go:embed template
 var templates embed.FS
 
-// Options is one service to add: its name and kind, the consumer whose deploy
-// entries its own copy, and the repository.
+// Options is one service to add: its name and kind, and the repository.
 type Options struct {
-	Name, Kind, Like, LikeProducer, Root string
+	Name, Kind, Root string
+}
+
+// Result is what Add did: the files it wrote and those `make generate` wrote after it,
+// each a slash-separated path under the repository, and the new service's HTTP address.
+type Result struct {
+	Wrote, Generated []string
+	HTTPAddr         string
 }
 
 // data is what the templates see.
 type data struct {
-	Module   string // the workspace's module path prefix
-	Name     string // billing
-	Title    string // Billing
-	Upper    string // BILLING
-	Role     string // the prefix of its database roles (billing)
-	Queue    string // billing.events
-	Database string // billing
-	HTTPAddr string // :8088
+	Module    string // the workspace's module path prefix, example.com/shop
+	GoVersion string // the go directive of go.work
+	Name      string // billing
+	Title     string // Billing
+	Upper     string // BILLING, the prefix of its variables
+	Queue     string // billing.events
+	Port      string // 8088, of its serve
+	Pad       string // as many spaces as Name has letters, to align text under it
+	// Receives are the events it receives, in the order of its registry entry.
+	Receives []receive
 	// A producer's (KIND=both) only:
-	Produces  bool   // KIND=both
-	Event     string // billing.billing.recorded.v1, its one event
-	RelayAddr string // :8089, its relay's default HTTP_ADDR
+	Producer   bool
+	Event      string // ledger.ledger.recorded.v1, its one event
+	EventConst string // EventLedgerRecorded, the event's constant in contracts
+	RelayPort  string // 8090, of its relay
 }
+
+// receive is one event the service receives, as its handler names it.
+type receive struct {
+	Name    string // order.order.placed.v1
+	Const   string // contracts.EventOrderPlaced
+	Payload string // the payload type the inbox decodes it into: contracts.OrderPlaced
+	Own     bool   // the service's own event
+}
+
+// RawPayload reports whether a handler takes its payload undecoded (json.RawMessage): an
+// event whose payload has no Go type in contracts.
+func (d data) RawPayload() bool {
+	return slices.ContainsFunc(d.Receives, func(r receive) bool { return r.Payload == rawPayload })
+}
+
+const rawPayload = "json.RawMessage"
+
+// auditorPort is the port of the auditor's serve (services/auditor), which is not in the
+// registry.
+const auditorPort = 8085
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
 
-// Add adds the service o names and returns the files it wrote or changed. It
-// refuses, before writing, a bad name or kind, a name the registry or
-// services/ has already, and a -like that is no consumer of the registry.
-func Add(o Options) ([]string, error) {
+// Add adds the service o names. It refuses, before writing anything, a bad name or kind, a
+// name that the registry, services/ or docker-compose.yml has already, and a name the
+// service's Go code cannot take as its package's. Then it writes services/NAME (and the
+// event's schema for a producer), adds the registry entry and the module to go.work, tidies
+// the module and runs `make generate`.
+func Add(o Options) (Result, error) {
+	d, err := plan(o)
+	if err != nil {
+		return Result{}, err
+	}
+	files, err := render(d)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := refuseImportedName(d.Name, files); err != nil {
+		return Result{}, err
+	}
+	registry, err := os.ReadFile(filepath.Join(o.Root, "contracts", "registry.go"))
+	if err != nil {
+		return Result{}, err
+	}
+	// The entry is checked against the registry file before anything is written.
+	if _, err := addEntry(registry, entry(d)); err != nil {
+		return Result{}, fmt.Errorf("contracts/registry.go: %w", err)
+	}
+
+	w := writer{root: o.Root}
+	generated := readGoGenerated(o.Root)
+	for _, rel := range slices.Sorted(keys(files)) {
+		if err := w.write(rel, files[rel]); err != nil {
+			return w.result(d), err
+		}
+	}
+	sum, err := goSum(o.Root)
+	if err != nil {
+		return w.result(d), err
+	}
+	if err := w.write("services/"+d.Name+"/go.sum", sum); err != nil {
+		return w.result(d), err
+	}
+	if d.Producer {
+		// The event's constant, which the registry entry names, comes from its schema.
+		if _, err := goCommand(filepath.Join(o.Root, "contracts"), "generate", "./..."); err != nil {
+			return w.result(d), err
+		}
+		if err := checkEventConst(o.Root, d.EventConst, d.Event); err != nil {
+			return w.result(d), err
+		}
+	}
+	if registry, err = addEntry(registry, entry(d)); err != nil {
+		return w.result(d), fmt.Errorf("contracts/registry.go: %w", err)
+	}
+	if err := w.write("contracts/registry.go", registry); err != nil {
+		return w.result(d), err
+	}
+	if _, err := goCommand(o.Root, "work", "use", "./services/"+d.Name); err != nil {
+		return w.result(d), err
+	}
+	w.wrote = append(w.wrote, "go.work")
+	if _, err := goCommand(filepath.Join(o.Root, "services", d.Name), "mod", "tidy"); err != nil {
+		return w.result(d), err
+	}
+	r := w.result(d)
+	r.Generated, err = generate(o.Root, generated)
+	return r, err
+}
+
+// plan checks o and returns what the templates see.
+func plan(o Options) (data, error) {
 	if !nameRE.MatchString(o.Name) {
-		return nil, usagef("NAME %q: a service name is a lowercase letter, then lowercase letters and digits", o.Name)
+		return data{}, usagef("NAME %q: a service name is a lowercase letter, then lowercase letters and digits", o.Name)
 	}
-	if o.Kind == "producer" {
-		return nil, usagef("KIND=producer: add it with KIND=both, then drop its consumer half (step 8 of docs/architecture.md)")
+	if token.IsKeyword(o.Name) || types.Universe.Lookup(o.Name) != nil || o.Name == "main" {
+		return data{}, usagef("NAME %s: the service's domain package is named after it, and %s is Go's", o.Name, o.Name)
 	}
-	if o.Kind != "consumer" && o.Kind != "both" {
-		return nil, usagef("KIND %q: one of consumer, both", o.Kind)
+	switch o.Kind {
+	case "consumer", "both":
+	case "producer":
+		return data{}, usagef("KIND=producer: its event would reach no queue (the relay's copy would land in %s) "+
+			"and the registry wants a consumer for every event; add it with KIND=both, which receives its own event "+
+			"until another service does (docs/architecture.md, \"Add a service\")", contracts.UnroutableQueue)
+	default:
+		return data{}, usagef("KIND %q: one of consumer, both", o.Kind)
 	}
-	if _, ok := contracts.ServiceNamed(o.Name); ok {
-		return nil, usagef("the registry has a service %s already", o.Name)
+	for _, s := range contracts.Services() {
+		if s.Name == o.Name {
+			return data{}, usagef("the registry has a service %s already", o.Name)
+		}
+		if s.Database == o.Name {
+			return data{}, usagef("the registry's service %s has the database %s already", s.Name, o.Name)
+		}
 	}
-	if _, ok := contracts.ConsumerNamed(o.Like); !ok {
-		return nil, usagef("-like %s is no consumer of the registry", o.Like)
-	}
-	if _, ok := producerNamed(o.LikeProducer); o.Kind == "both" && !ok {
-		return nil, usagef("-like-producer %s is no producer of the registry", o.LikeProducer)
+	if o.Name == "template0" || o.Name == "template1" {
+		return data{}, usagef("NAME %s: PostgreSQL has a database %s of its own", o.Name, o.Name)
 	}
 	if _, err := os.Stat(filepath.Join(o.Root, "services", o.Name)); err == nil {
-		return nil, usagef("services/%s exists already", o.Name)
+		return data{}, usagef("services/%s exists already", o.Name)
+	}
+	if err := refuseComposeName(o.Root, o.Name); err != nil {
+		return data{}, err
 	}
 	mod, err := workspaceModule(o.Root)
 	if err != nil {
-		return nil, err
+		return data{}, err
 	}
-	port, err := freePort(o.Root)
+	goVersion, err := workGoVersion(o.Root)
 	if err != nil {
-		return nil, err
+		return data{}, err
 	}
-	d := data{Module: mod, Name: o.Name, Title: strings.ToUpper(o.Name[:1]) + o.Name[1:], Upper: strings.ToUpper(o.Name),
-		Role: o.Name, Queue: o.Name + ".events", Database: o.Name, HTTPAddr: ":" + strconv.Itoa(port)}
+	port := nextPort()
+	d := data{Module: mod, GoVersion: goVersion, Name: o.Name, Title: strings.ToUpper(o.Name[:1]) + o.Name[1:],
+		Upper: strings.ToUpper(o.Name), Pad: strings.Repeat(" ", len(o.Name)), Queue: o.Name + ".events", Port: strconv.Itoa(port)}
+	producer, consts, err := firstProducerEvents(o.Root)
+	if err != nil {
+		return data{}, err
+	}
+	p, _ := contracts.ServiceNamed(producer)
+	if len(p.Publishes) != len(consts) {
+		return data{}, fmt.Errorf("contracts/registry.go: %s publishes %d events, the registry this program was built with %d", producer, len(consts), len(p.Publishes))
+	}
+	payloads, err := contractTypes(o.Root)
+	if err != nil {
+		return data{}, err
+	}
+	for i, c := range consts {
+		r := receive{Name: p.Publishes[i], Const: "contracts." + c, Payload: rawPayload}
+		if t := strings.TrimPrefix(c, "Event"); payloads[t] {
+			r.Payload = "contracts." + t
+		}
+		d.Receives = append(d.Receives, r)
+	}
 	if o.Kind == "both" {
-		d.Produces, d.Event, d.RelayAddr = true, o.Name+"."+o.Name+".recorded.v1", ":"+strconv.Itoa(port+1)
+		d.Producer, d.RelayPort = true, strconv.Itoa(port+1)
+		d.Event = o.Name + "." + o.Name + ".recorded.v1"
+		d.EventConst = "Event" + d.Title + "Recorded" // genevents' name for it
+		if _, err := os.Stat(filepath.Join(o.Root, "contracts", "schemas", d.Event+".json")); err == nil {
+			return data{}, usagef("contracts/schemas/%s.json exists already", d.Event)
+		}
+		d.Receives = append(d.Receives, receive{Name: d.Event, Const: "contracts." + d.EventConst, Payload: o.Name + ".Recorded", Own: true})
 	}
-	a := adder{root: o.Root, d: d, like: o.Like}
-	likeSvc, _ := contracts.ServiceNamed(o.Like)
-	a.likePort = strings.TrimPrefix(likeSvc.HTTPAddr, ":")
-	if d.Produces {
-		a.likeProducer = o.LikeProducer
-		if a.likeProducerPorts, err = producerPorts(o.Root, o.LikeProducer); err != nil {
-			return nil, err
+	return d, nil
+}
+
+// nextPort is one above the highest port of the registry (its services' and relays') and
+// the auditor's.
+func nextPort() int {
+	high := auditorPort
+	for _, s := range contracts.Services() {
+		for _, addr := range []string{s.HTTPAddr, s.RelayAddr} {
+			if n, err := strconv.Atoi(strings.TrimPrefix(addr, ":")); err == nil {
+				high = max(high, n)
+			}
 		}
 	}
-	a.writeTemplates()
-	a.goMod()
-	a.edits()
-	if d.Produces {
-		a.producerEdits()
-	}
-	if a.err != nil {
-		return a.files, a.err
-	}
-	slices.Sort(a.files)
-	return slices.Compact(a.files), nil
+	return high + 1
 }
 
-// adder collects the files it touched and the first error.
-type adder struct {
-	root, like, likePort string
-	likeProducer         string    // KIND=both: the producer whose relay's entries the new ones copy
-	likeProducerPorts    [2]string // its serve's and its relay's port
-	d                    data
-	files                []string
-	err                  error
+// refuseComposeName refuses a name that is already a service of docker-compose.yml (the
+// servers, postgres, rabbitmq, prometheus, ...): the generated compose file names the new
+// service's containers after it.
+func refuseComposeName(root, name string) error {
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		return fmt.Errorf("%s is not this repository: %w", root, err)
+	}
+	var compose struct {
+		Services map[string]any `json:"services"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		return fmt.Errorf("docker-compose.yml: %w", err)
+	}
+	for _, n := range []string{name, name + "-relay", "migrate-" + name} {
+		if _, ok := compose.Services[n]; ok {
+			return usagef("NAME %s: docker-compose.yml has a service %s already", name, n)
+		}
+	}
+	return nil
 }
 
-func (a *adder) fail(err error) {
-	if a.err == nil && err != nil {
-		a.err = err
+// refuseImportedName refuses a name that is also the name of a package the service's Go
+// files import (api, store, events, contracts, inbox, ...): its domain package, named
+// after the service, could not be imported beside it.
+func refuseImportedName(name string, files map[string][]byte) error {
+	own := "/services/" + name + "/internal/" + name
+	for _, rel := range slices.Sorted(keys(files)) {
+		if !strings.HasSuffix(rel, ".go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), rel, files[rel], parser.ImportsOnly)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasSuffix(p, own) {
+				continue
+			}
+			elems := strings.Split(p, "/")
+			last := elems[len(elems)-1]
+			if regexp.MustCompile(`^v[0-9]+$`).MatchString(last) && len(elems) > 1 {
+				last = elems[len(elems)-2]
+			}
+			if last == name {
+				return usagef("NAME %s: the service imports a package %s (%s) already", name, name, p)
+			}
+		}
 	}
+	return nil
 }
 
-// writeTemplates renders template/<dir>/<file>.tmpl to services/<name>/<place>,
-// and, for a producer, template/contracts to its event's Go file and JSON Schema
-// in contracts.
-func (a *adder) writeTemplates() {
-	places := map[string]string{
-		"cmd": "cmd/" + a.d.Name, "events": "internal/events", "store": "internal/store",
-		"api": "internal/api", "migrations": "migrations",
-	}
-	contractFiles := map[string]string{
-		"contracts/event.go.tmpl": "contracts/" + a.d.Name + ".go", "contracts/schema.json.tmpl": "contracts/schemas/" + a.d.Event + ".json",
-	}
-	a.fail(fs.WalkDir(templates, "template", func(p string, e fs.DirEntry, err error) error {
+// render renders every template of template/service to services/<name>/<path>, [name] in a
+// path replaced by the name, and for a producer template/schema.json.tmpl to its event's
+// schema; Go files are gofmt'ed, and a template that renders to nothing but space is left out.
+func render(d data) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := fs.WalkDir(templates, "template", func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
 		}
-		rel := strings.TrimPrefix(p, "template/")
-		dir, file := path.Split(rel)
-		to := path.Join("services", a.d.Name, places[strings.TrimSuffix(dir, "/")], strings.TrimSuffix(file, ".tmpl"))
-		if dir == "contracts/" {
-			if !a.d.Produces {
+		rel, ok := strings.CutSuffix(strings.TrimPrefix(p, "template/"), ".tmpl")
+		if !ok {
+			return fmt.Errorf("%s: a template's name ends in .tmpl", p)
+		}
+		switch {
+		case rel == "schema.json":
+			if !d.Producer {
 				return nil
 			}
-			to = contractFiles[rel]
+			rel = "contracts/schemas/" + d.Event + ".json"
+		case strings.HasPrefix(rel, "service/"):
+			rel = "services/" + d.Name + "/" + strings.ReplaceAll(strings.TrimPrefix(rel, "service/"), "[name]", d.Name)
+		default:
+			return fmt.Errorf("%s: a template is schema.json.tmpl or under service/", p)
 		}
 		src, err := templates.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		t, err := template.New(rel).Option("missingkey=error").Parse(string(src))
+		t, err := template.New(path.Base(p)).Option("missingkey=error").Parse(string(src))
 		if err != nil {
 			return err
 		}
-		var out bytes.Buffer
-		if err := t.Execute(&out, a.d); err != nil {
+		var b bytes.Buffer
+		if err := t.Execute(&b, d); err != nil {
 			return err
 		}
-		b := out.Bytes()
-		if strings.HasSuffix(to, ".go") {
-			if b, err = format.Source(b); err != nil {
-				return fmt.Errorf("%s: %w", to, err)
+		if len(bytes.TrimSpace(b.Bytes())) == 0 {
+			return nil
+		}
+		if _, dup := out[rel]; dup {
+			return usagef("NAME %s: %s would be two files of the service at once", d.Name, rel)
+		}
+		src = b.Bytes()
+		if strings.HasSuffix(rel, ".go") {
+			if src, err = format.Source(src); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
 		}
-		return a.write(to, b)
-	}))
+		out[rel] = src
+		return nil
+	})
+	return out, err
 }
 
-func (a *adder) write(rel string, b []byte) error {
-	name := filepath.Join(a.root, filepath.FromSlash(rel))
+// writer writes files under root and remembers them.
+type writer struct {
+	root  string
+	wrote []string
+}
+
+func (w *writer) write(rel string, b []byte) error {
+	name := filepath.Join(w.root, filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return err
 	}
 	if err := os.WriteFile(name, b, 0o644); err != nil {
 		return err
 	}
-	a.files = append(a.files, rel)
+	w.wrote = append(w.wrote, rel)
 	return nil
 }
 
-// goMod writes the module's go.mod from the -like service's (its requirements
-// are a superset of the new one's), adds it to go.work, then tidies it.
-func (a *adder) goMod() {
-	if a.err != nil {
-		return
-	}
-	likeDir := filepath.Join(a.root, "services", a.like)
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(likeDir, f))
-		if err != nil {
-			a.fail(err)
-			return
-		}
-		if f == "go.mod" {
-			mf, err := modfile.Parse(f, b, nil)
-			if err != nil {
-				a.fail(err)
-				return
-			}
-			a.fail(mf.AddModuleStmt(a.d.Module + "/services/" + a.d.Name))
-			if b, err = mf.Format(); err != nil {
-				a.fail(err)
+func (w *writer) result(d data) Result {
+	return Result{Wrote: w.wrote, HTTPAddr: ":" + d.Port}
+}
+
+func keys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
 				return
 			}
 		}
-		a.fail(a.write("services/"+a.d.Name+"/"+f, b))
 	}
-	work := filepath.Join(a.root, "go.work")
-	b, err := os.ReadFile(work)
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	wf, err := modfile.ParseWork(work, b, nil)
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	a.fail(wf.AddUse("./services/"+a.d.Name, ""))
-	wf.SortBlocks()
-	wf.Cleanup()
-	a.fail(os.WriteFile(work, modfile.Format(wf.Syntax), 0o644))
-	a.files = append(a.files, "go.work")
-	if a.err != nil {
-		return
-	}
-	cmd := exec.Command("go", "mod", "tidy")
-	cmd.Dir = filepath.Join(a.root, "services", a.d.Name)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		a.fail(fmt.Errorf("go mod tidy in services/%s: %v\n%s", a.d.Name, err, out))
-	}
-}
-
-// workspaceModule returns the module path prefix of the repository at root: the
-// module path of its contracts module without "/contracts".
-func workspaceModule(root string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "contracts", "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("%s is not this repository: %w", root, err)
-	}
-	p := modfile.ModulePath(b)
-	if !strings.HasSuffix(p, "/contracts") {
-		return "", fmt.Errorf("contracts/go.mod: module %q does not end in /contracts", p)
-	}
-	return strings.TrimSuffix(p, "/contracts"), nil
-}
-
-// freePort is one above the highest port a service of the registry or a process
-// of docker-compose.yml listens on.
-func freePort(root string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
-	if err != nil {
-		return 0, err
-	}
-	high := 0
-	for _, m := range regexp.MustCompile(`HTTP_ADDR: *":(\d+)"`).FindAllStringSubmatch(string(b), -1) {
-		n, _ := strconv.Atoi(m[1])
-		high = max(high, n)
-	}
-	for _, s := range contracts.Services() {
-		n, _ := strconv.Atoi(strings.TrimPrefix(s.HTTPAddr, ":"))
-		high = max(high, n)
-	}
-	if high == 0 {
-		return 0, fmt.Errorf("docker-compose.yml and the registry name no port")
-	}
-	return high + 1, nil
-}
-
-// producerPorts returns the ports of producer's serve (from the registry) and of
-// its relay (the HTTP_ADDR of its relay in docker-compose.yml).
-func producerPorts(root, producer string) ([2]string, error) {
-	svc, _ := contracts.ServiceNamed(producer)
-	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
-	if err != nil {
-		return [2]string{}, err
-	}
-	s := string(b)
-	i := lineStart(s, "  "+producer+"-relay:\n")
-	if i < 0 {
-		return [2]string{}, fmt.Errorf("docker-compose.yml has no service %s-relay", producer)
-	}
-	block := s[i:]
-	if next := regexp.MustCompile(`\n  [^ \n]`).FindStringIndex(block); next != nil {
-		block = block[:next[0]]
-	}
-	m := regexp.MustCompile(`HTTP_ADDR: *":(\d+)"`).FindStringSubmatch(block)
-	if m == nil {
-		return [2]string{}, fmt.Errorf("docker-compose.yml: %s-relay has no HTTP_ADDR", producer)
-	}
-	return [2]string{strings.TrimPrefix(svc.HTTPAddr, ":"), m[1]}, nil
-}
-
-// rabbitHash is RabbitMQ's rabbit_password_hashing_sha256 of password: base64 of
-// a 4-byte salt and SHA-256(salt + password).
-func rabbitHash(password string) string {
-	salt := make([]byte, 4)
-	_, _ = rand.Read(salt) // crypto/rand.Read never fails
-	sum := sha256.Sum256(append(slices.Clone(salt), password...))
-	return base64.StdEncoding.EncodeToString(append(salt, sum[:]...))
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -93,10 +96,18 @@ func TestForkThenAddAService(t *testing.T) {
 		}
 	})
 
+	// make service edits nothing outside its service but the registry, go.work and, for a
+	// producer, its event's schema: every other file it changes says in its first line
+	// that make generate wrote it.
+	before := snapshot(t, dir)
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=billing")
+	after := snapshot(t, dir)
+	checkEdits(t, before, after, "services/billing/", "contracts/registry.go", "go.work")
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=ledger", "KIND=both")
-	for _, f := range []string{"services/billing/cmd/billing/run.go", "deploy/k8s/billing.yaml",
-		"services/ledger/cmd/ledger/run.go", "deploy/k8s/ledger-relay.yaml", "contracts/schemas/ledger.ledger.recorded.v1.json"} {
+	checkEdits(t, after, snapshot(t, dir), "services/ledger/", "contracts/registry.go", "go.work",
+		"contracts/schemas/ledger.ledger.recorded.v1.json")
+	for _, f := range []string{"services/billing/cmd/billing/run.go", "services/billing/api/openapi.yaml",
+		"services/ledger/cmd/ledger/run.go", "contracts/schemas/ledger.ledger.recorded.v1.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("make service wrote no %s: %v", f, err)
 		}
@@ -115,6 +126,8 @@ func TestForkThenAddAService(t *testing.T) {
 		runIn(t, dir, "go", "test", "-count=1", "-vet=off", "./e2e/internal/boundaries", "./contracts/...",
 			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
 			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...", "./services/ledger/...")
+		runIn(t, dir, "go", "run", "honnef.co/go/tools/cmd/staticcheck@"+staticcheckVersion,
+			"./services/billing/...", "./services/ledger/...")
 	})
 
 	// The auditor's audit counts every event of every producer's outbox, ledger's
@@ -143,24 +156,104 @@ func modulePatterns(t *testing.T, dir string) []string {
 	return pkgs
 }
 
-// TestRefuses: a bad name or kind (producer included), a service the registry has,
-// and a -like or -like-producer the registry does not have as such, before writing.
+// staticcheckVersion is the staticcheck the new services' code must satisfy.
+const staticcheckVersion = "v0.8.2"
+
+// file is what snapshot keeps of a file: its SHA-256 and its first line.
+type file struct {
+	sum   [sha256.Size]byte
+	first string
+}
+
+// snapshot returns every file under dir by its slash-separated path.
+func snapshot(t *testing.T, dir string) map[string]file {
+	t.Helper()
+	files := map[string]file{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		first, _, _ := bytes.Cut(b, []byte("\n"))
+		files[filepath.ToSlash(rel)] = file{sha256.Sum256(b), string(first)}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// checkEdits fails t for every file written, changed or removed between the snapshots
+// before and after that is not under service (a folder, ending in /), not one of allowed,
+// and not generated (its first line, before or after, says "make generate").
+func checkEdits(t *testing.T, before, after map[string]file, service string, allowed ...string) {
+	t.Helper()
+	var edited []string
+	names := map[string]bool{}
+	for rel := range before {
+		names[rel] = true
+	}
+	for rel := range after {
+		names[rel] = true
+	}
+	for _, rel := range slices.Sorted(maps.Keys(names)) {
+		b, hadIt := before[rel]
+		a, hasIt := after[rel]
+		if hadIt && hasIt && a.sum == b.sum || strings.HasPrefix(rel, service) || slices.Contains(allowed, rel) {
+			continue
+		}
+		if hasIt && strings.Contains(a.first, "make generate") || !hasIt && strings.Contains(b.first, "make generate") {
+			continue
+		}
+		edited = append(edited, rel)
+	}
+	if len(edited) > 0 {
+		t.Errorf("make service edited files besides %s, %s and generated ones:\n%s",
+			service, strings.Join(allowed, ", "), strings.Join(edited, "\n"))
+	}
+}
+
+// TestRefuses: a bad name or kind (producer included), a name of the registry, of its
+// databases, of services/ or of a Go package the service imports, before writing.
 func TestRefuses(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, root)
 	for _, o := range []Options{
-		{Name: "Billing", Kind: "consumer", Like: "shipping"},
-		{Name: "billing", Kind: "publisher", Like: "shipping"},
-		{Name: "shipping", Kind: "consumer", Like: "shipping"},
-		{Name: "billing", Kind: "consumer", Like: "nobody"},
-		{Name: "billing", Kind: "producer", Like: "shipping", LikeProducer: "stock"},
-		{Name: "billing", Kind: "both", Like: "shipping", LikeProducer: "shipping"},
+		{Name: "Billing", Kind: "consumer"},
+		{Name: "billing", Kind: "publisher"},
+		{Name: "billing", Kind: "producer"},
+		{Name: "shipping", Kind: "consumer"},
+		{Name: "orders", Kind: "consumer"},   // order's database
+		{Name: "auditor", Kind: "consumer"},  // services/auditor
+		{Name: "postgres", Kind: "consumer"}, // a service of docker-compose.yml
+		{Name: "type", Kind: "consumer"},     // a Go keyword
+		{Name: "string", Kind: "both"},       // a predeclared identifier
+		{Name: "inbox", Kind: "consumer"},    // a package the service imports
+		{Name: "events", Kind: "both"},       // one of its own
 	} {
-		o.Root = t.TempDir()
-		if _, err := Add(o); err == nil {
-			t.Errorf("Add(%+v) = nil, want a refusal", o)
+		o.Root = root
+		var u usageError
+		if _, err := Add(o); !errors.As(err, &u) {
+			t.Errorf("Add(%+v) = %v, want a refusal", o, err)
 		}
-		if entries, _ := os.ReadDir(o.Root); len(entries) > 0 {
-			t.Errorf("Add(%+v) wrote to %s", o, o.Root)
-		}
+	}
+	if after := snapshot(t, root); !maps.Equal(before, after) {
+		t.Error("a refused Add wrote to the repository")
+	}
+	empty := t.TempDir()
+	if _, err := Add(Options{Name: "billing", Kind: "consumer", Root: empty}); err == nil {
+		t.Error("Add in an empty folder = nil, want an error")
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) > 0 {
+		t.Error("Add wrote to an empty folder")
 	}
 }
 
