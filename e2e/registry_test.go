@@ -24,7 +24,7 @@ import (
 
 // The registry in contracts (Services, Producers, Consumers) is the one list of the
 // shop's services. These tests fail when a file that has to name each service lacks
-// one: the recipe in docs/architecture.md ("Add a fourth service") follows their messages.
+// one: the recipe in docs/architecture.md ("Add a service") follows their messages.
 
 // registryCommands is what has to run for the registry, as "<binary> <subcommand>":
 // each service's serve and migrate, each producer's relay and purge-outbox, each

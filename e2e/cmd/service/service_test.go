@@ -38,9 +38,11 @@ var allowed = map[string]string{
 // path and name (acme; zeta in a fork named acme already), the search for the old
 // module path and name, gofmt; then `make service NAME=billing` (a consumer) and
 // `make service NAME=ledger KIND=both` (a consumer that publishes its own event) in
-// the fork, and there `go build` and `go vet` of every module of go.work, the
-// boundary test, the tests of contracts and of the platform packages that need no
-// server, billing's and ledger's own tests, the registry and Kubernetes tests of
+// the fork, each changing no file outside its service but the registry, go.work,
+// ledger's schema and generated files, and there `go build` and `go vet` of every
+// module of go.work, staticcheck on billing and ledger, the boundary test, the tests
+// of contracts and of the platform packages that need no server, billing's and
+// ledger's own tests, the registry and Kubernetes tests of
 // e2e and the demo's (its databases, processes, roles and broker users), and the
 // end-to-end check in which the auditor reports every consumer, billing
 // and ledger included, processing every event of an order, and counts none of any
@@ -120,14 +122,14 @@ func TestForkThenAddAService(t *testing.T) {
 		pkgs := modulePatterns(t, dir)
 		runIn(t, dir, "go", append([]string{"build"}, pkgs...)...)
 		runIn(t, dir, "go", append([]string{"vet"}, pkgs...)...)
+		runIn(t, dir, "go", "run", "honnef.co/go/tools/cmd/staticcheck@"+staticcheckVersion,
+			"./services/billing/...", "./services/ledger/...")
 		// The platform packages below need neither PostgreSQL nor RabbitMQ; the
 		// rest of the platform's tests run on the servers and take minutes. go vet
 		// has just checked them all, so go test does not again (-vet=off).
 		runIn(t, dir, "go", "test", "-count=1", "-vet=off", "./e2e/internal/boundaries", "./contracts/...",
 			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
 			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...", "./services/ledger/...")
-		runIn(t, dir, "go", "run", "honnef.co/go/tools/cmd/staticcheck@"+staticcheckVersion,
-			"./services/billing/...", "./services/ledger/...")
 	})
 
 	// The auditor's audit counts every event of every producer's outbox, ledger's
