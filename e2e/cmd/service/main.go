@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	r, err := Add(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "service: %v\n", err)
+		if len(r.Wrote) > 0 {
+			fmt.Fprintf(stderr, "service: it had written, and left as they are: %s\n", strings.Join(r.Wrote, " "))
+		}
 		var u usageError
 		if errors.As(err, &u) {
 			return 2
