@@ -40,7 +40,7 @@ var allowed = map[string]string{
 // `make service NAME=ledger KIND=both` (a consumer that publishes its own event) in
 // the fork, each changing no file outside its service but the registry, go.work,
 // ledger's schema and generated files, and there `go build` and `go vet` of every
-// module of go.work, staticcheck on billing and ledger, the boundary test, the tests
+// module of go.work, the boundary test, the tests
 // of contracts and of the platform packages that need no server, billing's and
 // ledger's own tests, the registry and Kubernetes tests of
 // e2e and the demo's (its databases, processes, roles and broker users), and the
@@ -122,8 +122,6 @@ func TestForkThenAddAService(t *testing.T) {
 		pkgs := modulePatterns(t, dir)
 		runIn(t, dir, "go", append([]string{"build"}, pkgs...)...)
 		runIn(t, dir, "go", append([]string{"vet"}, pkgs...)...)
-		runIn(t, dir, "go", "run", "honnef.co/go/tools/cmd/staticcheck@"+staticcheckVersion,
-			"./services/billing/...", "./services/ledger/...")
 		// The platform packages below need neither PostgreSQL nor RabbitMQ; the
 		// rest of the platform's tests run on the servers and take minutes. go vet
 		// has just checked them all, so go test does not again (-vet=off).
@@ -157,9 +155,6 @@ func modulePatterns(t *testing.T, dir string) []string {
 	}
 	return pkgs
 }
-
-// staticcheckVersion is the staticcheck the new services' code must satisfy.
-const staticcheckVersion = "v0.8.2"
 
 // file is what snapshot keeps of a file: its SHA-256 and its first line.
 type file struct {
