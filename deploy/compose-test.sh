@@ -12,7 +12,7 @@
 #      for example to the official images on a machine that can pull them,
 #      nothing is built and debootstrap is not needed;
 #   4. a compose project name and published ports that collide neither with a
-#      developer's own PostgreSQL (5432), RabbitMQ (5672) and shop (8081-8086),
+#      developer's own PostgreSQL (5432), RabbitMQ (5672) and shop (8081 and up),
 #      nor with `make up`'s project.
 set -euo pipefail
 shopt -s inherit_errexit # a failed build inside $(standin ...) stops the script
@@ -126,9 +126,13 @@ say "images: $POSTGRES_IMAGE $RABBITMQ_IMAGE $PROMETHEUS_IMAGE $GO_IMAGE $RUNTIM
 
 # 4. The project and its ports.
 export COMPOSE_PROJECT_NAME=shop-compose-test SHOP_IMAGE=shop:compose-test
+# Every port variable of docker-compose.yml 20000 above its default (ORDER_PORT=28081,
+# every service's, relay's and the auditor's alike), then the servers' and tools' own.
+while read -r var port; do
+  export "$var=$((port + 20000))"
+done < <(grep -oE '\$\{[A-Z0-9_]+_PORT:-[0-9]+\}' docker-compose.yml | sed -E 's/^\$\{(.*):-(.*)\}$/\1 \2/' | sort -u)
 export POSTGRES_PORT=28432 RABBITMQ_PORT=28672 RABBITMQ_UI_PORT=28673 \
-  ORDER_API_PORT=28081 STOCK_PORT=28082 SHIPPING_PORT=28083 RELAY_PORT=28084 AUDITOR_PORT=28085 \
-  RELAY_2_PORT=28086 PROMETHEUS_PORT=28090 GRAFANA_PORT=28030 JAEGER_UI_PORT=28686 JAEGER_OTLP_PORT=28318
+  PROMETHEUS_PORT=28090 GRAFANA_PORT=28030 JAEGER_UI_PORT=28686 JAEGER_OTLP_PORT=28318
 # The test places a few dozen orders: the auditor may call an event unaccounted
 # 5 s after it is published (no retries happen here), and checks every second.
 export AUDIT_GRACE=5s AUDIT_INTERVAL=1s

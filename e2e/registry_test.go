@@ -28,9 +28,9 @@ import (
 
 // registryCommands is what has to run for the registry, as "<binary> <subcommand>":
 // each service's serve and migrate, each producer's relay and purge-outbox, each
-// consumer's purge-inbox.
+// consumer's purge-inbox and dlq.
 type registryCommands struct {
-	serve, migrate, relay, purgeOutbox, purgeInbox []string
+	serve, migrate, relay, purgeOutbox, purgeInbox, dlq []string
 }
 
 func commandsOfRegistry() registryCommands {
@@ -45,6 +45,7 @@ func commandsOfRegistry() registryCommands {
 	}
 	for _, c := range contracts.Consumers() {
 		rc.purgeInbox = append(rc.purgeInbox, c.Name+" purge-inbox")
+		rc.dlq = append(rc.dlq, c.Name+" dlq")
 	}
 	return rc
 }
@@ -111,33 +112,42 @@ func TestBuildFollowsTheRegistry(t *testing.T) {
 	}
 }
 
-// TestComposeFollowsTheRegistry: docker-compose.yml runs, for each service of the
-// registry, its migrate and serve; for each producer its relay; and Prometheus
-// (deploy/prometheus/prometheus.yml) scrapes every serve and relay.
+// TestComposeFollowsTheRegistry: `docker compose up`, with no profile, starts for each
+// service of the registry its migrate and serve, for each producer two relays (one leads,
+// one stands by), and the auditor; `--profile tools` adds each consumer's dlq; and
+// Prometheus (deploy/prometheus/prometheus.yml) scrapes every serve and relay it starts.
 func TestComposeFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
-		cli.WithWorkingDirectory(root), cli.WithProfiles([]string{"*"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := opts.LoadProject(t.Context())
-	if err != nil {
-		t.Fatalf("docker-compose.yml does not load: %v", err)
-	}
 	runs := map[string][]string{} // "<binary> <subcommand>" -> compose services
-	for name, svc := range project.Services {
-		c := command(append(slices.Clone(svc.Entrypoint), svc.Command...))
-		runs[c] = append(runs[c], name)
+	for _, profiles := range [][]string{nil, {"tools"}} {
+		opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+			cli.WithWorkingDirectory(root), cli.WithProfiles(profiles))
+		if err != nil {
+			t.Fatal(err)
+		}
+		project, err := opts.LoadProject(t.Context())
+		if err != nil {
+			t.Fatalf("docker-compose.yml does not load: %v", err)
+		}
+		for name, svc := range project.Services {
+			if profiles == nil || len(svc.Profiles) > 0 {
+				c := command(append(slices.Clone(svc.Entrypoint), svc.Command...))
+				runs[c] = append(runs[c], name)
+			}
+		}
 	}
 	rc := commandsOfRegistry()
-	for _, want := range slices.Concat(rc.migrate, rc.serve, rc.relay) {
-		if len(runs[want]) == 0 {
-			t.Errorf("docker-compose.yml: no service runs %q", want)
+	for _, want := range slices.Concat(rc.migrate, rc.serve, rc.relay, rc.dlq, []string{"auditor serve"}) {
+		n := 1
+		if slices.Contains(rc.relay, want) {
+			n = 2
+		}
+		if len(runs[want]) != n {
+			t.Errorf("docker-compose.yml: services %v run %q, want %d", runs[want], want, n)
 		}
 	}
 
@@ -164,7 +174,7 @@ func TestComposeFollowsTheRegistry(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range slices.Concat(rc.serve, rc.relay) {
+	for _, want := range slices.Concat(rc.serve, rc.relay, []string{"auditor serve"}) {
 		for _, svc := range runs[want] {
 			if !scraped[svc] {
 				t.Errorf("deploy/prometheus/prometheus.yml does not scrape %s (%s)", svc, want)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
 )
@@ -45,11 +47,15 @@ func readEnv(t *testing.T) env {
 		return v
 	}
 	e := env{project: get("COMPOSE_PROJECT_NAME"), ports: map[string]string{}}
-	for svc, k := range map[string]string{
-		"order-api": "ORDER_API_PORT", "stock": "STOCK_PORT", "shipping": "SHIPPING_PORT",
-		"relay": "RELAY_PORT", "auditor": "AUDITOR_PORT",
-	} {
-		e.ports[svc] = "127.0.0.1:" + get(k)
+	// The compose services that publish a port, each under its variable: every
+	// service's serve, every producer's first relay, the auditor.
+	e.ports["auditor"] = "127.0.0.1:" + get("AUDITOR_PORT")
+	for _, s := range contracts.Services() {
+		upper := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		e.ports[s.Name] = "127.0.0.1:" + get(upper+"_PORT")
+		if s.RelayAddr != "" {
+			e.ports[system.RelayName(s.Name)] = "127.0.0.1:" + get(upper+"_RELAY_PORT")
+		}
 	}
 	e.postgres = "127.0.0.1:" + get("POSTGRES_PORT")
 	e.skip = strings.Fields(os.Getenv("COMPOSE_TEST_SKIP"))
@@ -138,7 +144,16 @@ func TestComposeUp(t *testing.T) {
 			up = append(up, s)
 		}
 	}
-	for _, want := range []string{"postgres", "rabbitmq", "order-api", "relay", "stock", "shipping", "auditor"} {
+	// The long-running processes: every service's serve, two relays per producer, the
+	// auditor, and the servers they need.
+	running := []string{"postgres", "rabbitmq", "auditor"}
+	for _, s := range contracts.Services() {
+		running = append(running, s.Name)
+		if s.RelayAddr != "" {
+			running = append(running, system.RelayName(s.Name), system.RelayName(s.Name)+"-2")
+		}
+	}
+	for _, want := range running {
 		if !slices.Contains(up, want) {
 			t.Fatalf("docker compose config --services lists no %s among %v", want, up)
 		}
@@ -151,7 +166,7 @@ func TestComposeUp(t *testing.T) {
 	// Each migrate service must have exited 0 for its process to start, so every
 	// process answering /readyz covers them too.
 	hc := &http.Client{Timeout: 5 * time.Second}
-	for _, svc := range []string{"order-api", "relay", "stock", "shipping", "auditor"} {
+	for _, svc := range slices.Sorted(maps.Keys(e.ports)) {
 		eventually(t, svc+" ready on "+e.ports[svc], func() string {
 			resp, err := hc.Get("http://" + e.ports[svc] + "/readyz")
 			if err != nil {
@@ -164,11 +179,21 @@ func TestComposeUp(t *testing.T) {
 			return ""
 		})
 	}
-	step("every process answers /readyz")
+	eventually(t, "every process running", func() string {
+		ps := strings.Fields(compose(t, ctx, "ps", "--services", "--status", "running"))
+		for _, want := range running {
+			if !slices.Contains(ps, want) {
+				return want + " is not running"
+			}
+		}
+		return ""
+	})
+	step("every process runs, each with a port answers /readyz")
 
+	relay := system.RelayName(contracts.ProducerOrder)
 	sys := &system.System{
-		OrderAPI: &system.Process{Name: "order-api", Addr: e.ports["order-api"]},
-		Relay:    &system.Process{Name: "relay", Addr: e.ports["relay"]},
+		OrderAPI: &system.Process{Name: "order", Addr: e.ports["order"]},
+		Relay:    &system.Process{Name: relay, Addr: e.ports[relay]},
 		Stock:    &system.Process{Name: "stock", Addr: e.ports["stock"]},
 		Shipping: &system.Process{Name: "shipping", Addr: e.ports["shipping"]},
 		Auditor:  &system.Process{Name: "auditor", Addr: e.ports["auditor"]},
@@ -180,7 +205,7 @@ func TestComposeUp(t *testing.T) {
 		for range n {
 			o, err := api.CreateOrder(ctx, uuid.NewString(), []system.Line{{ProductID: uuid.NewString(), Quantity: "2.000"}})
 			if err != nil {
-				t.Fatalf("create an order through %s: %v", e.ports["order-api"], err)
+				t.Fatalf("create an order through %s: %v", e.ports["order"], err)
 			}
 			if status, err := api.Place(ctx, o.ID); err != nil || status != http.StatusOK {
 				t.Fatalf("place order %s: status %d, %v", o.ID, status, err)
@@ -206,7 +231,7 @@ func TestComposeUp(t *testing.T) {
 
 	placeOrders(20)
 	eventually(t, "shipping has every order confirmed", allShipped)
-	step("20 orders placed through %s reached shipping", e.ports["order-api"])
+	step("20 orders placed through %s reached shipping", e.ports["order"])
 
 	livePage(t, e.ports["auditor"], placed[len(placed)-1])
 	step("the live page on %s shows the last order published, applied by stock and by shipping", e.ports["auditor"])
@@ -229,21 +254,35 @@ func TestComposeUp(t *testing.T) {
 	}
 	step("the demo passed:\n%s", tail(out, 12))
 
-	// Kill the relay (SIGKILL: no clean shutdown), keep placing orders while it
-	// is down, start it again: every order still reaches both consumers.
-	compose(t, ctx, "kill", "relay")
-	step("relay killed")
+	// Kill the leading relay of order (SIGKILL: no clean shutdown): the standby takes
+	// over. Then kill the other too, keep placing orders while both are down, start
+	// them again: every order still reaches both consumers.
+	leads, err := sys.Relay.Metric(ctx, "relay_leader", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, standby := relay, relay+"-2"
+	if leads == 0 {
+		leader, standby = standby, leader
+	}
+	compose(t, ctx, "kill", leader)
+	step("%s, the leading relay, killed", leader)
+	placeOrders(20)
+	eventually(t, "shipping has every order placed after the leading relay's crash", allShipped)
+	step("%s took over: 20 more orders reached shipping", standby)
+	compose(t, ctx, "kill", standby)
+	step("%s killed too", standby)
 	placeOrders(20)
 	time.Sleep(2 * time.Second)
 	if msg := allShipped(); msg == "" {
-		t.Fatal("every order reached shipping while the relay was down: the kill did not stop the relay")
+		t.Fatal("every order reached shipping while both relays were down: the kill did not stop them")
 	}
-	compose(t, ctx, "start", "relay")
-	step("relay started again")
+	compose(t, ctx, "start", leader, standby)
+	step("both relays started again")
 	placeOrders(20)
-	eventually(t, "shipping has every order placed before, during and after the relay crash", allShipped)
+	eventually(t, "shipping has every order placed before, during and after the relay crashes", allShipped)
 	ledger(t, ctx, api, dbs, len(placed))
-	step("ledger after the relay crash: %d orders, 0 lost, 0 unaccounted", len(placed))
+	step("ledger after the relay crashes: %d orders, 0 lost, 0 unaccounted", len(placed))
 }
 
 // ledger waits until every published event has been audited and the database

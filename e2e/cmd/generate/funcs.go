@@ -24,5 +24,7 @@ func funcs() template.FuncMap {
 		// contracts/asyncapi.yaml (asyncapi.go)
 		"camel":      camel,
 		"eventTitle": eventTitle,
+		// the compose files and Prometheus' targets (compose.go)
+		"composeRelays": composeRelays,
 	}
 }
