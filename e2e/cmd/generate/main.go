@@ -28,7 +28,12 @@ func main() {
 	root := flag.String("root", ".", "the repository's root folder")
 	check := flag.Bool("check", false, "write nothing; exit 1 naming each file that is not current")
 	flag.Parse()
-	files, err := Render(NewModel())
+	m, err := NewModel(*root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "generate:", err)
+		os.Exit(2)
+	}
+	files, err := Render(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "generate:", err)
 		os.Exit(2)

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -44,14 +48,18 @@ type Event struct {
 	// Name is its name, e.g. "order.order.placed.v1"; Camel is it as "orderPlaced" (the
 	// constant without Event, first letter lower).
 	Name, Camel string
+	// What is what happened, from its schema's description: "An order moved from draft
+	// to placed."
+	What string
 	// Producer is the service that publishes it.
 	Producer string
 	// Consumers are the services that receive it, in the registry's order.
 	Consumers []string
 }
 
-// NewModel reads the registry.
-func NewModel() *Model {
+// NewModel reads the registry, and each event's description from its schema in
+// root/contracts/schemas.
+func NewModel(root string) (*Model, error) {
 	m := &Model{RelayUsers: contracts.RelayUsers(), AuditorPort: "8085"}
 	for _, s := range contracts.Services() {
 		v := Service{Service: s, Title: title(s.Name), Upper: strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")),
@@ -72,7 +80,11 @@ func NewModel() *Model {
 		}
 	}
 	for _, name := range contracts.EventNames() {
-		e := Event{Name: name, Camel: camel(name)}
+		what, err := eventWhat(root, name)
+		if err != nil {
+			return nil, err
+		}
+		e := Event{Name: name, Camel: camel(name), What: what}
 		if p, ok := contracts.ProducerOf(name); ok {
 			e.Producer = p.Name
 		}
@@ -81,7 +93,27 @@ func NewModel() *Model {
 		}
 		m.Events = append(m.Events, e)
 	}
-	return m
+	return m, nil
+}
+
+// eventWhat is the description of the event's schema after "Payload of <name>: ",
+// first letter upper: what happened.
+func eventWhat(root, name string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "contracts", "schemas", name+".json"))
+	if err != nil {
+		return "", err
+	}
+	var s struct {
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return "", fmt.Errorf("contracts/schemas/%s.json: %w", name, err)
+	}
+	what, ok := strings.CutPrefix(s.Description, "Payload of "+name+": ")
+	if !ok || what == "" {
+		return "", fmt.Errorf("contracts/schemas/%s.json: its description does not start %q", name, "Payload of "+name+": ")
+	}
+	return strings.ToUpper(what[:1]) + what[1:], nil
 }
 
 func producerNamed(name string) (contracts.Producer, bool) {
