@@ -245,8 +245,7 @@ func TestSchemaFailureRollsBackPlace(t *testing.T) {
 }
 
 // TestFailedSaveRollsBackOutboxRow makes the order's UPDATE fail in PostgreSQL
-// (a trigger refuses it): the UPDATE goes out in one pipeline with the outbox
-// INSERT, and Update must return the UPDATE's error, naming the save, with
+// (a trigger refuses it): Update must return the UPDATE's error, naming the save, with
 // neither the new state nor the outbox row committed.
 func TestFailedSaveRollsBackOutboxRow(t *testing.T) {
 	t.Parallel()
@@ -279,8 +278,7 @@ func TestFailedSaveRollsBackOutboxRow(t *testing.T) {
 }
 
 // TestCreateDuplicateFails creates one order twice: the second Create fails
-// with the unique violation of the order's INSERT (sent in one pipeline with
-// its lines) and leaves the first order and its lines as they were.
+// with the unique violation of the order's INSERT and leaves the first order and its lines as they were.
 func TestCreateDuplicateFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
