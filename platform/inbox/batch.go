@@ -42,8 +42,11 @@ func WithTimeout(d time.Duration) Option {
 // maxTx such transactions run at once; an event waits for a free one rather than
 // opening its own. Values below 1 are taken as 1; maxBatch 1 turns grouping off.
 //
-// Each event still follows docs/architecture.md, rule 3: its key and its handlers' effects are in
-// the same transaction, and Process returns only after that transaction committed.
+// It is an option around the rule, not another rule: each event still follows
+// docs/architecture.md, rule 3, as the one-event path (processOne) runs it: its key
+// and its handlers' effects are in the same transaction, and Process returns only
+// after that transaction committed. A group of one, and every member of a group
+// that fails as a whole, goes through processOne itself.
 // Within a group, keys are inserted in key order (so groups never deadlock on each
 // other's keys), then the Handlers of each new event run in the group's order, and
 // each GroupHandler once, with the new events of its name (OnGroup). When one

@@ -197,7 +197,8 @@ const selectKey = `SELECT payload_sha256, result FROM processed_event WHERE cons
 // storeResult records fn's result with the key (mode ReturnStored).
 const storeResult = `UPDATE processed_event SET result = $3 WHERE consumer = $1 AND message_key = $2`
 
-// Handle processes m once for the consumer (docs/architecture.md, rule 3). In one
+// Handle processes m once for the consumer (docs/architecture.md, rule 3, which
+// Inbox runs for an event envelope in its processOne, on one screen). In one
 // transaction on db it inserts the key (consumer, m.Key) with the SHA-256 of
 // m.Content, then calls fn, then commits. When the key is already there, fn is not
 // called and, depending on the mode, Handle returns Duplicate (Skip, ReturnStored
@@ -219,12 +220,7 @@ func (c *Consumer) Handle(ctx context.Context, db DB, m Message, fn Func) (Outco
 		s := sha256.Sum256(m.Content)
 		sum = s[:]
 	}
-	return c.handle(ctx, db, m.Key, sum, fn)
-}
-
-// handle is Handle of the key with content hash sum (nil: no content check).
-func (c *Consumer) handle(ctx context.Context, db DB, key string, sum []byte, fn Func) (Outcome, error) {
-	return handle(ctx, c, PostgresStore{}, db, key, sum, fn)
+	return handle(ctx, c, PostgresStore{}, db, m.Key, sum, fn)
 }
 
 // PostgresStore is the Store of Consumer: processed_event on PostgreSQL through

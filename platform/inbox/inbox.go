@@ -9,7 +9,9 @@
 // and HTTP messages. Inbox builds on it for this project's event envelopes: it
 // decodes each AMQP delivery once, hands its payload, decoded into the type of the
 // handlers registered for its event name (On, OnGroup), to those handlers, and can
-// group commits.
+// group commits. Rule 3 reads top to bottom in one function, processOne (the
+// insert of the key, the handlers, the commit); group commit (WithGroupCommit,
+// batch.go) is an option around that same rule.
 //
 // The table ships with the package (migrations/00001_processed_event.sql): a service
 // lists Migrations in the schema its migrate applies.
@@ -18,6 +20,7 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -38,6 +41,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/logging"
 	platformmetrics "example.com/shop/platform/metrics"
+	"example.com/shop/platform/pg"
 )
 
 // Meta is what an event's envelope says besides its payload.
@@ -350,18 +354,66 @@ func metaOf(env contracts.Envelope) Meta {
 		Producer: env.Producer, CorrelationID: env.CorrelationID}
 }
 
-// processOne handles e in a transaction of its own.
+// processOne is docs/architecture.md, rule 3, for one event, top to bottom: in
+// one transaction it inserts the event's key into processed_event; no row
+// inserted means the event was processed before, and nothing else runs (a key
+// stored with another content is a *ConflictError). Otherwise e's handlers
+// run in the same transaction, which then commits. Only after processOne
+// returned does the consumer runtime ack the delivery (HandleDelivery returns
+// nil, and amqp.Consumer acks): a crash before the commit leaves neither key
+// nor effect, so the redelivery applies the event.
+//
+// Group commit (WithGroupCommit) runs this rule for several events in one
+// transaction, and comes back here for a group of one and for the members of
+// a group that failed.
 func (i *Inbox) processOne(ctx context.Context, e *event, r *route) (duplicate bool, err error) {
-	out, err := i.consumer.handle(ctx, i.pool, e.key, e.sum, func(ctx context.Context, tx pgx.Tx) (any, error) {
+	c := i.consumer
+	timer := prometheus.NewTimer(c.metrics.duration)
+	err = pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at)
+			VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`, c.name, e.key, e.sum)
+		if err != nil {
+			return fmt.Errorf("record key: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			duplicate = true
+			return i.sameContent(ctx, tx, e) // seen before: commit nothing else
+		}
 		if r.group != nil {
 			err := i.runGroup(ctx, tx, []*event{e}, []trace.Span{trace.SpanFromContext(ctx)}, r)
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return nil, i.runHandlers(ctx, tx, e, r)
-	})
-	return out.Duplicate, err
+		return i.runHandlers(ctx, tx, e, r)
+	}) // COMMIT, or ROLLBACK on any error: the key goes with the effect
+	timer.ObserveDuration()
+	if err != nil {
+		duplicate = false
+	}
+	c.count(Outcome{Duplicate: duplicate}, err)
+	if err != nil {
+		return false, fmt.Errorf("inbox %s: key %q: %w", c.name, e.key, err)
+	}
+	return duplicate, nil
+}
+
+// sameContent checks e against the key processed_event already holds for it:
+// nil when the stored content hash is e's (or none was stored), a logged
+// *ConflictError when it differs. The key's own statement, so READ COMMITTED
+// sees a row committed while the insert waited; no row means the key was
+// purged in between, an error the delivery's retry resolves.
+func (i *Inbox) sameContent(ctx context.Context, tx pgx.Tx, e *event) error {
+	var stored []byte
+	err := tx.QueryRow(ctx, `SELECT payload_sha256 FROM processed_event WHERE consumer = $1 AND message_key = $2`,
+		i.consumer.name, e.key).Scan(&stored)
+	if err != nil {
+		return fmt.Errorf("read key: %w", err)
+	}
+	if stored != nil && !bytes.Equal(stored, e.sum) {
+		return i.consumer.conflict(ctx, e.key, stored, e.sum)
+	}
+	return nil
 }
 
 // runGroup runs r's GroupHandler over events in tx, each event in a span "handle

@@ -64,7 +64,9 @@ type RelayConfig struct {
 	// stands by until they are gone, or their lock sessions are (a frozen
 	// one's ends after LockTimeout), and then publishes nothing while a
 	// batch of theirs is still open (docs/operations.md, "Changing
-	// RELAY_PARTITIONS"). At most MaxPartitions.
+	// RELAY_PARTITIONS"). At most MaxPartitions. An option around rule 2,
+	// not a change of it: each partition runs the same transaction
+	// (batchTx.run) on its own rows.
 	Partitions int
 	// BatchSize is the largest number of rows of one partition read,
 	// published and marked in one transaction (default 500).

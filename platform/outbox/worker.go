@@ -19,7 +19,11 @@ var errPartitionBusy = errors.New("a former leader's batch is still open")
 // batchesPerTx caps the batches one transaction of a partition publishes
 // and marks: a crash between a send and the commit publishes at most this
 // many batches again (duplicates, never a loss), and each commit makes the
-// marks visible (the backlog gauges, the auditor).
+// marks visible (the backlog gauges, the auditor). It is the pipelining
+// option around rule 2 (docs/adr/0003-pipelined-publisher-confirms.md): at 1,
+// batchTx.run is the plain select, publish, confirm, mark, commit; above 1 the
+// same steps overlap, the next batch selected and sent while the broker
+// confirms the one before.
 const batchesPerTx = 8
 
 // worker publishes one partition this relay leads, one batchTx after
