@@ -35,8 +35,8 @@ generate:
 ## check-generated: fail, naming the file and `make generate`, when a generated file is not
 ## what the registry and the schemas make (make test runs it first)
 check-generated:
-	cd contracts && $(GO) run ./internal/genevents -check
-	cd e2e && $(GO) run ./cmd/generate -root .. -check
+	@rc=0; (cd contracts && $(GO) run ./internal/genevents -check) || rc=1; \
+	(cd e2e && $(GO) run ./cmd/generate -root .. -check) || rc=1; exit $$rc
 
 ## build: compile bin/<name> for every services/<name>/cmd/<name> (order, stock, shipping, auditor)
 build:

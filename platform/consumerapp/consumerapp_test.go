@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,11 @@ import (
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/consumerapp"
+	"example.com/shop/platform/inbox"
+	"example.com/shop/platform/migrate"
+	"example.com/shop/platform/testkit"
+
+	"github.com/jackc/pgx/v5"
 )
 
 var billing = consumerapp.Service{
@@ -116,5 +123,25 @@ func TestServeNeedsAContractConsumer(t *testing.T) {
 	}
 	if s := known.DLQCommand(getenv(nil), nil, nil).Summary; !strings.HasSuffix(s, contracts.QueueStockDLQ) {
 		t.Errorf("dlq summary %q does not name %s", s, contracts.QueueStockDLQ)
+	}
+}
+
+// TestServeRefusesAnEventWithoutAHandler: a consumer whose registry entry receives an
+// event it registers no handler for stops once connected, naming the event, instead
+// of dead-lettering every such event.
+func TestServeRefusesAnEventWithoutAHandler(t *testing.T) {
+	stock := billing
+	stock.Name, stock.EnvPrefix = contracts.ConsumerStock, "STOCK_"
+	stock.Schema = migrate.Schema{inbox.Migrations(inbox.Roles{App: "stock_app", Maintenance: "stock_maintenance"})}
+	_, dbURL := testkit.NewDatabase(t, stock.Schema)
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "STOCK_DATABASE_URL": dbURL}
+	only := func(ib *inbox.Inbox, _ *slog.Logger) {
+		inbox.On(ib, contracts.EventOrderPlaced, func(context.Context, pgx.Tx, inbox.Meta, contracts.OrderPlaced) error { return nil })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := stock.ServeCommand(getenv(env), io.Discard, only, nil).Run(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), contracts.EventOrderCancelled) {
+		t.Errorf("serve without a handler for %s: %v, want an error naming it", contracts.EventOrderCancelled, err)
 	}
 }

@@ -119,6 +119,11 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx),
 			inbox.WithPublishers(Publishers(cfg.RelayUsers)))
 		handlers(ib, logger)
+		for _, e := range s.contract().Events {
+			if !ib.Handles(e) {
+				return nil, fmt.Errorf("%s receives %s (contracts/registry.go) but registers no handler for it (inbox.On): each would be dead-lettered", s.Name, e)
+			}
+		}
 		ready := func() { srv.Ready(routes(pool, logger, reg, checks)) }
 		if s.ServesWithoutBroker {
 			return deps.behindRoutes(ready, ib, logger, reg), nil

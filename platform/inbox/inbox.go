@@ -231,6 +231,14 @@ func On[T any](ib *Inbox, eventName string, h Handler[T]) {
 	})
 }
 
+// Handles reports whether ib has a handler (On or OnGroup) for eventName.
+func (ib *Inbox) Handles(eventName string) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	r := ib.routes[eventName]
+	return r != nil && (len(r.handlers) > 0 || r.group != nil)
+}
+
 // OnGroup makes h the first handler of eventName on ib: with group commit
 // (WithGroupCommit) the new events of that name in one group are given to one call
 // of h, otherwise each event to a call of its own; payloads are decoded as for On,

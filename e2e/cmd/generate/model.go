@@ -85,9 +85,11 @@ func NewModel(root string) (*Model, error) {
 			return nil, err
 		}
 		e := Event{Name: name, Camel: camel(name), What: what}
-		if p, ok := contracts.ProducerOf(name); ok {
-			e.Producer = p.Name
+		p, ok := contracts.ProducerOf(name)
+		if !ok {
+			return nil, fmt.Errorf("contracts/schemas/%s.json: no service of the registry publishes %s: add it to one service's Publishes (contracts/registry.go)", name, name)
 		}
+		e.Producer = p.Name
 		for _, c := range contracts.ConsumersOf(name) {
 			e.Consumers = append(e.Consumers, c.Name)
 		}
