@@ -174,6 +174,16 @@ func plan(o Options) (data, error) {
 	if o.Name == "template0" || o.Name == "template1" {
 		return data{}, usagef("NAME %s: PostgreSQL has a database %s of its own", o.Name, o.Name)
 	}
+	switch {
+	case len(o.Name) > 39:
+		return data{}, usagef("NAME %s: at most 39 characters, so that its PostgreSQL roles (%s_maintenance, 63 bytes at most) and "+
+			"Kubernetes names (purge-outbox-%s, 52 at most) stay whole", o.Name, o.Name, o.Name)
+	case o.Name == "guest" || o.Name == "app" || strings.HasPrefix(o.Name, "amq"):
+		return data{}, usagef("NAME %s: the broker's own (the user guest, the exchange app.events, the prefix amq.)", o.Name)
+	}
+	if _, err := os.Stat(filepath.Join(o.Root, "deploy", "k8s", o.Name+".yaml")); err == nil {
+		return data{}, usagef("deploy/k8s/%s.yaml exists already: the service's manifest would replace it", o.Name)
+	}
 	if _, err := os.Stat(filepath.Join(o.Root, "services", o.Name)); err == nil {
 		return data{}, usagef("services/%s exists already", o.Name)
 	}

@@ -228,13 +228,18 @@ func TestRefuses(t *testing.T) {
 		{Name: "billing", Kind: "publisher"},
 		{Name: "billing", Kind: "producer"},
 		{Name: "shipping", Kind: "consumer"},
-		{Name: "orders", Kind: "consumer"},   // order's database
-		{Name: "auditor", Kind: "consumer"},  // services/auditor
-		{Name: "postgres", Kind: "consumer"}, // a service of docker-compose.yml
-		{Name: "type", Kind: "consumer"},     // a Go keyword
-		{Name: "string", Kind: "both"},       // a predeclared identifier
-		{Name: "inbox", Kind: "consumer"},    // a package the service imports
-		{Name: "events", Kind: "both"},       // one of its own
+		{Name: "orders", Kind: "consumer"},    // order's database
+		{Name: "auditor", Kind: "consumer"},   // services/auditor
+		{Name: "postgres", Kind: "consumer"},  // a service of docker-compose.yml
+		{Name: "type", Kind: "consumer"},      // a Go keyword
+		{Name: "string", Kind: "both"},        // a predeclared identifier
+		{Name: "inbox", Kind: "consumer"},     // a package the service imports
+		{Name: "events", Kind: "both"},        // one of its own
+		{Name: "guest", Kind: "consumer"},     // the broker's administrator
+		{Name: "app", Kind: "consumer"},       // its queue would be app.events
+		{Name: "amqx", Kind: "consumer"},      // the broker reserves amq.
+		{Name: "namespace", Kind: "consumer"}, // deploy/k8s/namespace.yaml
+		{Name: strings.Repeat("b", 40), Kind: "consumer"},
 	} {
 		o.Root = root
 		var u usageError
