@@ -22,6 +22,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
+	"example.com/shop/platform/testkit"
 )
 
 // settle bounds every wait for the system to catch up. The images start on a
@@ -324,16 +325,7 @@ func ledger(t *testing.T, ctx context.Context, api *system.Client, dbs check.DBs
 // row of order id shows it published, applied by stock and by shipping.
 func livePage(t *testing.T, addr, id string) {
 	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Fatal("no Chromium found on PATH: install it (Debian: apt-get install -y chromium)")
-	}
+	path := testkit.Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -336,16 +335,7 @@ func rows(board api.Board) (string, []auditor.BoardRow) {
 // test fails, never skips, when Chromium is not installed (make tools installs it).
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Fatal("no Chromium found on PATH: install it (Debian: apt-get install -y chromium)")
-	}
+	path := testkit.Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path),
 		chromedp.NoSandbox, // CI containers run as root
 		chromedp.WindowSize(1440, 900), chromedp.Flag("disable-dev-shm-usage", true))
