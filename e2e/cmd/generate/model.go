@@ -119,11 +119,12 @@ func eventWhat(root, name string) (string, error) {
 }
 
 func producerNamed(name string) (contracts.Producer, bool) {
-	i := slices.IndexFunc(contracts.Producers(), func(p contracts.Producer) bool { return p.Name == name })
+	producers := contracts.Producers()
+	i := slices.IndexFunc(producers, func(p contracts.Producer) bool { return p.Name == name })
 	if i < 0 {
 		return contracts.Producer{}, false
 	}
-	return contracts.Producers()[i], true
+	return producers[i], true
 }
 
 // view is what one rendering of a template sees: the model, and for a template of each
