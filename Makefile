@@ -142,7 +142,7 @@ compose-test: tools
 fork:
 	$(GO) run ./e2e/cmd/fork -module '$(MODULE)' $(if $(NAME),-name '$(NAME)') $(if $(DIR),-dir '$(DIR)')
 
-## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default, or both)
+## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default, producer or both)
 service:
 	$(GO) run ./e2e/cmd/service -name '$(NAME)' -kind '$(or $(KIND),consumer)'
 

@@ -8,7 +8,10 @@ import (
 	"example.com/shop/contracts"
 )
 
-func TestEveryEventHasConsumersWithDistinctQueues(t *testing.T) {
+// Every consumer has queues of its own, and ConsumersOf lists an event's consumers in the
+// order of Consumers. An event may have none yet: a service that only produces publishes
+// it before any other receives it (its copies wait in app.events.unroutable).
+func TestConsumersHaveDistinctQueues(t *testing.T) {
 	queues := map[string]bool{}
 	for _, c := range contracts.Consumers() {
 		if c.Name == "" || c.Queue == "" || c.DeadLetterQueue == "" || len(c.Events) == 0 {
@@ -30,8 +33,8 @@ func TestEveryEventHasConsumersWithDistinctQueues(t *testing.T) {
 		for _, c := range contracts.ConsumersOf(e) {
 			got = append(got, c.Name)
 		}
-		if len(got) == 0 || !slices.Equal(got, want) {
-			t.Errorf("ConsumersOf(%s) = %v, want %v, in the order of Consumers, and at least one", e, got, want)
+		if !slices.Equal(got, want) {
+			t.Errorf("ConsumersOf(%s) = %v, want %v, in the order of Consumers", e, got, want)
 		}
 	}
 	if got := contracts.ConsumersOf("order.order.unknown.v1"); len(got) != 0 {

@@ -208,7 +208,12 @@ func TestKubernetesFollowsTheRegistry(t *testing.T) {
 			var role, user string // the URLs' users; "" for the owner's URL, which is the deployer's
 			switch sub := strings.TrimPrefix(cmd, s.Name+" "); sub {
 			case "serve":
-				role, user = s.Role("app"), s.Name
+				role = s.Role("app")
+				if len(s.Receives) > 0 {
+					user = s.Name // a serve that only produces needs no broker
+				} else if _, ok := m.urls(c)["AMQP_URL"]; ok {
+					t.Errorf("%s: AMQP_URL, but %s serve consumes nothing and needs no broker", p.owner, s.Name)
+				}
 				if v := m.config(c)["RELAY_USERS"]; len(s.Receives) > 0 && v != contracts.RelayUsers() {
 					t.Errorf("%s: RELAY_USERS = %q, want %q", p.owner, v, contracts.RelayUsers())
 				}

@@ -11,6 +11,7 @@ import (
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/dlq"
+	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/migrate"
@@ -33,7 +34,7 @@ func (s Service) contract() contracts.Consumer {
 // them: serve (with the service's handlers and routes), migrate, purge-inbox
 // and dlq. getenv reads the environment, stdout takes a command's output and
 // stderr its JSON log lines.
-func (s Service) Commands(getenv func(string) string, stdout, stderr io.Writer, handlers Handlers, routes Routes) []cli.Command {
+func (s Service) Commands(getenv func(string) string, stdout, stderr io.Writer, handlers Handlers, routes httpx.Routes) []cli.Command {
 	return []cli.Command{
 		s.ServeCommand(getenv, stderr, handlers, routes),
 		s.MigrateCommand(getenv, stderr),
@@ -42,27 +43,11 @@ func (s Service) Commands(getenv func(string) string, stdout, stderr io.Writer, 
 	}
 }
 
-// MigrateCommand is `<name> migrate`: it creates the service's database if it is
-// missing and applies Service.Schema (the platform's sets it uses, then its own),
-// logging each one and the outcome as JSON on stderr (migrate.Apply); running it
-// again applies nothing.
+// MigrateCommand is `<name> migrate` (migrate.Command): it creates the service's
+// database if it is missing and applies Service.Schema, the platform's sets it uses,
+// then its own.
 func (s Service) MigrateCommand(getenv func(string) string, stderr io.Writer) cli.Command {
-	return cli.Command{
-		Name:    "migrate",
-		Summary: "create the " + s.Name + " database if missing and apply the embedded migrations",
-		Env:     func(env *config.Env) { s.LoadMigrateConfig(env) },
-		Run: func(ctx context.Context, _ []string) error {
-			cfg, err := config.Load(getenv, s.LoadMigrateConfig)
-			if err != nil {
-				return err
-			}
-			logger := logging.New(stderr, cfg.LogLevel, s.Name+"-migrate")
-			if err := migrate.Apply(ctx, cfg.DatabaseURL, s.Schema, logger); err != nil {
-				return fmt.Errorf("migrate %s: %w", config.MaskURL(cfg.DatabaseURL), err)
-			}
-			return nil
-		},
-	}
+	return migrate.Command(s.Name, s.EnvPrefix, s.DatabaseURL, s.Schema, getenv, stderr)
 }
 
 // PurgeInboxCommand is `<name> purge-inbox --older-than D`: it deletes the

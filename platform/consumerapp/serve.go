@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,16 +31,11 @@ import (
 // inbox.OnGroup); logger is serve's.
 type Handlers func(ib *inbox.Inbox, logger *slog.Logger)
 
-// Routes returns a service's HTTP handler once its database is connected: its own
-// routes over pool, with /healthz, /metrics (reg) and /readyz (checks, serve's
-// readiness checks) as httpx.NewRouter serves them.
-type Routes func(pool *pgxpool.Pool, logger *slog.Logger, reg *prometheus.Registry, checks []httpx.Check) http.Handler
-
 // ServeCommand is `<name> serve`: the HTTP API and the consumer of the service's
 // queue (contracts.ConsumerNamed), with the service's own event handlers and
 // routes. It reads ServeConfig through getenv and logs JSON to stderr; serve states
 // the life cycle.
-func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, handlers Handlers, routes Routes) cli.Command {
+func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, handlers Handlers, routes httpx.Routes) cli.Command {
 	return cli.Command{
 		Name:    "serve",
 		Summary: "serve the HTTP API (HTTP_ADDR) and consume " + s.contract().Queue,
@@ -80,7 +74,7 @@ const brokerHeadStart = 5 * time.Second
 //
 // It returns nil after a clean shutdown, also when ctx ends while it still waits
 // for a dependency.
-func (s Service) serve(ctx context.Context, getenv func(string) string, stderr io.Writer, handlers Handlers, routes Routes) error {
+func (s Service) serve(ctx context.Context, getenv func(string) string, stderr io.Writer, handlers Handlers, routes httpx.Routes) error {
 	cfg, err := config.Load(getenv, s.LoadServeConfig)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -131,3 +132,8 @@ func (s *Starting) Run(ctx context.Context, start func(ctx context.Context) (loo
 	cancel()
 	return errors.Join(err, <-served)
 }
+
+// Routes returns a service's HTTP handler once its database is connected: its own
+// routes over pool, with /healthz, /metrics (reg) and /readyz (checks, the serve
+// command's readiness checks) as NewRouter serves them.
+type Routes func(pool *pgxpool.Pool, logger *slog.Logger, reg *prometheus.Registry, checks []Check) http.Handler

@@ -2,8 +2,9 @@
 // events through an outbox (docs/architecture.md, rules 2 and 5): `relay`,
 // which publishes the outbox, `purge-outbox` and `replay-outbox`. A service
 // names itself with a Service value and mounts the commands beside its own;
-// package consumerapp is the same for the consuming side. The package names
-// no service.
+// package consumerapp is the same for the consuming side. A service that only
+// produces mounts this package's `serve` (its HTTP API over its database) and
+// `migrate` too. The package names no service.
 package producerapp
 
 import (
@@ -13,6 +14,7 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/logging"
+	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 )
@@ -30,6 +32,12 @@ type Service struct {
 	// DatabaseURL is the default of <EnvPrefix>DATABASE_URL, RelayHTTPAddr
 	// the default of the relay's HTTP_ADDR (health and metrics).
 	DatabaseURL, RelayHTTPAddr string
+	// HTTPAddr is the default of serve's HTTP_ADDR, and Schema the service's
+	// database schema (the outbox's set, then its own): both only for a
+	// service that mounts ServeCommand and MigrateCommand, one that does not
+	// consume (a consumer mounts consumerapp's).
+	HTTPAddr string
+	Schema   migrate.Schema
 	// IdempotencyConsumer, when set, is the processed_event consumer under
 	// which the service's API keeps its Idempotency-Keys: purge-outbox
 	// deletes them with the outbox's horizon, since a retry older than the

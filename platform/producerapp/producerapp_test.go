@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -11,10 +13,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
+	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
@@ -169,4 +174,41 @@ func TestRelayTopologyDeclaresEveryConsumersQueue(t *testing.T) {
 	if got := producerapp.Topology(false).Queues; len(got) > 1 {
 		t.Errorf("without queues the topology declares %d queues, want the unroutable one at most", len(got))
 	}
+}
+
+// TestServeOfAProducerOnly: a service that consumes nothing mounts migrate and
+// serve from producerapp. migrate creates its database; serve answers /readyz
+// with PostgreSQL alone, no broker named, and its routes write the outbox.
+func TestServeOfAProducerOnly(t *testing.T) {
+	t.Parallel()
+	feed := producerapp.Service{
+		Name: "feed", EnvPrefix: "FEED_", HTTPAddr: ":8098",
+		Schema: migrate.Schema{outbox.Migrations(outbox.Roles{Writer: "test_writer", Relay: "test_relay", Maintenance: "test_maintenance"})},
+	}
+	if got, want := varsOf(t, feed.LoadServeConfig), []string{"FEED_DATABASE_URL", "HTTP_ADDR", "LOG_LEVEL", "MIGRATE_ON_START"}; !slices.Equal(got, want) {
+		t.Errorf("serve reads %v, want %v", got, want)
+	}
+	routes := func(pool *pgxpool.Pool, logger *slog.Logger, reg *prometheus.Registry, checks []httpx.Check) http.Handler {
+		r := httpx.NewRouter(logger, reg, checks...)
+		r.Get("/outbox", func(w http.ResponseWriter, r *http.Request) {
+			var n int
+			if err := pool.QueryRow(r.Context(), `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		return r
+	}
+	run := func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+		return cli.Program{Name: feed.Name, Commands: []cli.Command{feed.ServeCommand(getenv, stderr, routes), feed.MigrateCommand(getenv, stderr)}}.
+			Run(ctx, args, stdout)
+	}
+	vars := map[string]string{"FEED_DATABASE_URL": testkit.EmptyDatabaseURL(t)}
+	servetest.Migrate(t, run, feed.Name, vars)
+	srv := servetest.Start(t, run, feed.Name, vars)
+	if status, body := servetest.Get(t, srv.URL+"/outbox"); status != http.StatusNoContent {
+		t.Errorf("GET /outbox = %d %s, want 204", status, body)
+	}
+	srv.Stop(t)
 }

@@ -1,25 +1,27 @@
 // Command service adds a service to the repository by the recipe of docs/architecture.md
-// ("Add a service"). `make service NAME=billing [KIND=consumer|both]` runs it.
+// ("Add a service"). `make service NAME=billing [KIND=consumer|producer|both]` runs it.
 //
-// It writes services/NAME from the templates beside this file: a binary that mounts
-// platform/consumerapp, a typed inbox handler (inbox.On) for every event it receives that
-// records the event in received_event, a domain package, its store, a read API with its
-// OpenAPI document, migrations and tests. It adds one entry to the registry
+// It writes services/NAME from the templates beside this file. A consumer: a binary that
+// mounts platform/consumerapp, a typed inbox handler (inbox.On) for every event it receives
+// that records the event in received_event, a domain package, its store, a read API with its
+// OpenAPI document, migrations and tests. A producer only: a binary that mounts
+// platform/producerapp, and the same parts around its records. It adds one entry to the registry
 // (contracts/registry.go: Services) and the module to go.work, then runs `make generate`,
 // which brings every deploy file, the AsyncAPI document and the event names in line with
 // the registry. It edits no other file.
 //
-// A consumer receives every event of the registry's first producer (order's, here). KIND=both
-// also publishes one event of its own, NAME.NAME.recorded.v1: its JSON Schema in
-// contracts/schemas, its payload type in the service's domain package, an outbox in its
-// schema, `NAME relay`, and handlers that write the event through the outbox for each event of
-// another producer they record. The service receives its own event too, since every event
-// needs a consumer. KIND=producer is refused: its event would reach no queue.
+// A consumer receives every event of the registry's first producer (order's, here). A producer
+// publishes one event of its own, NAME.NAME.recorded.v1: its JSON Schema in contracts/schemas,
+// its payload type in the service's domain package, an outbox in its schema and `NAME relay`.
+// KIND=producer takes records over HTTP (POST /records) and writes the event for each; until a
+// service receives it, its copies wait in app.events.unroutable. KIND=both is a consumer whose
+// handlers write the event for each event of another producer they record; it receives its
+// own event too.
 //
 // It prints every file it wrote and every file `make generate` wrote. Flags:
 //
 //	-name NAME  the new service: a lowercase letter, then lowercase letters and digits
-//	-kind KIND  consumer (the default) or both
+//	-kind KIND  consumer (the default), producer or both
 //	-root DIR   the repository (default .)
 //
 // The exit code is 2 for a bad flag or argument, 1 for any other failure.
@@ -44,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.Name, "name", "", "the new service's name, e.g. billing")
-	fs.StringVar(&o.Kind, "kind", "consumer", "consumer, or both (a consumer that also publishes an event of its own)")
+	fs.StringVar(&o.Kind, "kind", "consumer", "consumer, producer (takes records over HTTP, publishes an event for each) or both (a consumer that also publishes an event of its own)")
 	fs.StringVar(&o.Root, "root", ".", "the repository")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,6 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "added %s (%s, HTTP %s) in %s: %d files written, %d generated.\n",
 		o.Name, o.Kind, r.HTTPAddr, time.Since(start).Round(time.Millisecond), len(r.Wrote), len(r.Generated))
 	fmt.Fprintf(stdout, "Next: (cd services/%s && go test ./...); then its own tables and handlers (docs/architecture.md, \"Add a service\").\n", o.Name)
+	if o.Kind == "producer" {
+		fmt.Fprintf(stdout, "No service receives %s.%s.recorded.v1 yet: its copies wait in app.events.unroutable until one lists it in Receives.\n", o.Name, o.Name)
+	}
 	return 0
 }
 

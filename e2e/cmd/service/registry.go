@@ -18,7 +18,10 @@ import (
 func entry(d data) string {
 	var b strings.Builder
 	what := "records every event it receives"
-	if d.Producer {
+	switch {
+	case !d.Consumer:
+		what = "takes records over HTTP and publishes " + d.Event + " for each"
+	case d.Producer:
 		what += " and publishes " + d.Event + " for each event of another producer"
 	}
 	line := "//"
@@ -33,6 +36,10 @@ func entry(d data) string {
 	fmt.Fprintf(&b, "{Name: %q, Database: %q, HTTPAddr: %q", d.Name, d.Name, ":"+d.Port)
 	if d.Producer {
 		fmt.Fprintf(&b, ", RelayAddr: %q,\nPublishes: []string{%s}", ":"+d.RelayPort, d.EventConst)
+	}
+	if !d.Consumer {
+		b.WriteString("},\n")
+		return b.String()
 	}
 	consts := make([]string, len(d.Receives))
 	for i, r := range d.Receives {

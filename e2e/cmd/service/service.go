@@ -50,8 +50,10 @@ type data struct {
 	Pad       string // as many spaces as Name has letters, to align text under it
 	// Receives are the events it receives, in the order of its registry entry.
 	Receives []receive
-	// A producer's (KIND=both) only:
-	Producer   bool
+	// Consumer: it receives events (KIND=consumer or both); Producer: it publishes one
+	// (KIND=producer or both).
+	Consumer, Producer bool
+	// A producer's only:
 	Event      string // ledger.ledger.recorded.v1, its one event
 	EventConst string // EventLedgerRecorded, the event's constant in contracts
 	RelayPort  string // 8090, of its relay
@@ -155,13 +157,9 @@ func plan(o Options) (data, error) {
 		return data{}, usagef("NAME %s: the service's domain package is named after it, and %s is Go's", o.Name, o.Name)
 	}
 	switch o.Kind {
-	case "consumer", "both":
-	case "producer":
-		return data{}, usagef("KIND=producer: its event would reach no queue (the relay's copy would land in %s) "+
-			"and the registry wants a consumer for every event; add it with KIND=both, which receives its own event "+
-			"until another service does (docs/architecture.md, \"Add a service\")", contracts.UnroutableQueue)
+	case "consumer", "producer", "both":
 	default:
-		return data{}, usagef("KIND %q: one of consumer, both", o.Kind)
+		return data{}, usagef("KIND %q: one of consumer, producer, both", o.Kind)
 	}
 	for _, s := range contracts.Services() {
 		if s.Name == o.Name {
@@ -201,35 +199,50 @@ func plan(o Options) (data, error) {
 	port := nextPort()
 	d := data{Module: mod, GoVersion: goVersion, Name: o.Name, Title: strings.ToUpper(o.Name[:1]) + o.Name[1:],
 		Upper: strings.ToUpper(o.Name), Pad: strings.Repeat(" ", len(o.Name)), Queue: o.Name + ".events", Port: strconv.Itoa(port)}
-	producer, consts, err := firstProducerEvents(o.Root)
-	if err != nil {
-		return data{}, err
-	}
-	p, _ := contracts.ServiceNamed(producer)
-	if len(p.Publishes) != len(consts) {
-		return data{}, fmt.Errorf("contracts/registry.go: %s publishes %d events, the registry this program was built with %d", producer, len(consts), len(p.Publishes))
-	}
-	payloads, err := contractTypes(o.Root)
-	if err != nil {
-		return data{}, err
-	}
-	for i, c := range consts {
-		r := receive{Name: p.Publishes[i], Const: "contracts." + c, Payload: rawPayload}
-		if t := strings.TrimPrefix(c, "Event"); payloads[t] {
-			r.Payload = "contracts." + t
+	d.Consumer = o.Kind != "producer"
+	if d.Consumer {
+		if d.Receives, err = firstProducerReceives(o.Root); err != nil {
+			return data{}, err
 		}
-		d.Receives = append(d.Receives, r)
 	}
-	if o.Kind == "both" {
+	if o.Kind != "consumer" {
 		d.Producer, d.RelayPort = true, strconv.Itoa(port+1)
 		d.Event = o.Name + "." + o.Name + ".recorded.v1"
 		d.EventConst = "Event" + d.Title + "Recorded" // genevents' name for it
 		if _, err := os.Stat(filepath.Join(o.Root, "contracts", "schemas", d.Event+".json")); err == nil {
 			return data{}, usagef("contracts/schemas/%s.json exists already", d.Event)
 		}
-		d.Receives = append(d.Receives, receive{Name: d.Event, Const: "contracts." + d.EventConst, Payload: o.Name + ".Recorded", Own: true})
+		if d.Consumer {
+			d.Receives = append(d.Receives, receive{Name: d.Event, Const: "contracts." + d.EventConst, Payload: o.Name + ".Recorded", Own: true})
+		}
 	}
 	return d, nil
+}
+
+// firstProducerReceives are the events a new consumer receives: every event of the
+// registry's first producer, each with the payload type contracts has for it, if any.
+func firstProducerReceives(root string) ([]receive, error) {
+	producer, consts, err := firstProducerEvents(root)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := contracts.ServiceNamed(producer)
+	if len(p.Publishes) != len(consts) {
+		return nil, fmt.Errorf("contracts/registry.go: %s publishes %d events, the registry this program was built with %d", producer, len(consts), len(p.Publishes))
+	}
+	payloads, err := contractTypes(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []receive
+	for i, c := range consts {
+		r := receive{Name: p.Publishes[i], Const: "contracts." + c, Payload: rawPayload}
+		if t := strings.TrimPrefix(c, "Event"); payloads[t] {
+			r.Payload = "contracts." + t
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // nextPort is one above the highest port of the registry (its services' and relays') and
@@ -299,9 +312,10 @@ func refuseImportedName(name string, files map[string][]byte) error {
 	return nil
 }
 
-// render renders every template of template/service to services/<name>/<path>, [name] in a
-// path replaced by the name, and for a producer template/schema.json.tmpl to its event's
-// schema; Go files are gofmt'ed, and a template that renders to nothing but space is left out.
+// render renders the templates of template/common, and those of template/service for a
+// service that consumes (KIND=consumer or both) or of template/producer for one that only
+// produces, to services/<name>/<path>, [name] in a path replaced by the name, and for a
+// producer template/schema.json.tmpl to its event's schema; Go files are gofmt'ed, and a template that renders to nothing but space is left out.
 func render(d data) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	err := fs.WalkDir(templates, "template", func(p string, e fs.DirEntry, err error) error {
@@ -318,10 +332,15 @@ func render(d data) (map[string][]byte, error) {
 				return nil
 			}
 			rel = "contracts/schemas/" + d.Event + ".json"
-		case strings.HasPrefix(rel, "service/"):
-			rel = "services/" + d.Name + "/" + strings.ReplaceAll(strings.TrimPrefix(rel, "service/"), "[name]", d.Name)
 		default:
-			return fmt.Errorf("%s: a template is schema.json.tmpl or under service/", p)
+			tree, file, _ := strings.Cut(rel, "/")
+			switch {
+			case tree == "service" && !d.Consumer, tree == "producer" && d.Consumer:
+				return nil
+			case tree != "common" && tree != "service" && tree != "producer":
+				return fmt.Errorf("%s: a template is schema.json.tmpl or under common/, service/ or producer/", p)
+			}
+			rel = "services/" + d.Name + "/" + strings.ReplaceAll(file, "[name]", d.Name)
 		}
 		src, err := templates.ReadFile(p)
 		if err != nil {

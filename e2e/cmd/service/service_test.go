@@ -106,10 +106,15 @@ func TestForkThenAddAService(t *testing.T) {
 	after := snapshot(t, dir)
 	checkEdits(t, before, after, "services/billing/", "contracts/registry.go", "go.work")
 	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=ledger", "KIND=both")
-	checkEdits(t, after, snapshot(t, dir), "services/ledger/", "contracts/registry.go", "go.work",
+	afterLedger := snapshot(t, dir)
+	checkEdits(t, after, afterLedger, "services/ledger/", "contracts/registry.go", "go.work",
 		"contracts/schemas/ledger.ledger.recorded.v1.json")
+	runIn(t, dir, "make", "--no-print-directory", "service", "NAME=feed", "KIND=producer")
+	checkEdits(t, afterLedger, snapshot(t, dir), "services/feed/", "contracts/registry.go", "go.work",
+		"contracts/schemas/feed.feed.recorded.v1.json")
 	for _, f := range []string{"services/billing/cmd/billing/run.go", "services/billing/api/openapi.yaml",
-		"services/ledger/cmd/ledger/run.go", "contracts/schemas/ledger.ledger.recorded.v1.json"} {
+		"services/ledger/cmd/ledger/run.go", "contracts/schemas/ledger.ledger.recorded.v1.json",
+		"services/feed/cmd/feed/run.go", "services/feed/api/openapi.yaml", "contracts/schemas/feed.feed.recorded.v1.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("make service wrote no %s: %v", f, err)
 		}
@@ -127,7 +132,7 @@ func TestForkThenAddAService(t *testing.T) {
 		// has just checked them all, so go test does not again (-vet=off).
 		runIn(t, dir, "go", "test", "-count=1", "-vet=off", "./e2e/internal/boundaries", "./contracts/...",
 			"./platform/backoff/...", "./platform/cli/...", "./platform/config/...",
-			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...", "./services/ledger/...")
+			"./platform/inbox/msgkey/...", "./platform/logging/...", "./services/billing/...", "./services/ledger/...", "./services/feed/...")
 	})
 
 	// The auditor's audit counts every event of every producer's outbox, ledger's
@@ -150,8 +155,10 @@ func modulePatterns(t *testing.T, dir string) []string {
 	for _, m := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
 		pkgs = append(pkgs, "./"+m[1]+"/...")
 	}
-	if !slices.Contains(pkgs, "./services/billing/...") || !slices.Contains(pkgs, "./services/ledger/...") {
-		t.Fatalf("go.work of the fork lists %v, without billing or ledger", pkgs)
+	for _, want := range []string{"./services/billing/...", "./services/ledger/...", "./services/feed/..."} {
+		if !slices.Contains(pkgs, want) {
+			t.Fatalf("go.work of the fork lists %v, without %s", pkgs, want)
+		}
 	}
 	return pkgs
 }
@@ -215,7 +222,7 @@ func checkEdits(t *testing.T, before, after map[string]file, service string, all
 	}
 }
 
-// TestRefuses: a bad name or kind (producer included), a name of the registry, of its
+// TestRefuses: a bad name or kind, a name of the registry, of its
 // databases, of services/ or of a Go package the service imports, before writing.
 func TestRefuses(t *testing.T) {
 	root, err := filepath.Abs("../../..")
@@ -226,7 +233,6 @@ func TestRefuses(t *testing.T) {
 	for _, o := range []Options{
 		{Name: "Billing", Kind: "consumer"},
 		{Name: "billing", Kind: "publisher"},
-		{Name: "billing", Kind: "producer"},
 		{Name: "shipping", Kind: "consumer"},
 		{Name: "orders", Kind: "consumer"},    // order's database
 		{Name: "auditor", Kind: "consumer"},   // services/auditor
@@ -235,6 +241,7 @@ func TestRefuses(t *testing.T) {
 		{Name: "string", Kind: "both"},        // a predeclared identifier
 		{Name: "inbox", Kind: "consumer"},     // a package the service imports
 		{Name: "events", Kind: "both"},        // one of its own
+		{Name: "store", Kind: "producer"},     // one of a producer's
 		{Name: "guest", Kind: "consumer"},     // the broker's administrator
 		{Name: "app", Kind: "consumer"},       // its queue would be app.events
 		{Name: "amqx", Kind: "consumer"},      // the broker reserves amq.
