@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -174,7 +175,7 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 
 	topology := map[string]amqp.Topology{}
 	for _, p := range contracts.Producers() {
-		topology[p.RelayUser] = amqp.EventTopology() // RELAY_DECLARE_QUEUES=false
+		topology[p.RelayUser] = amqp.PublisherTopology() // RELAY_DECLARE_QUEUES=false
 	}
 	for _, c := range contracts.Consumers() {
 		topology[c.Name] = amqp.EventTopology(amqp.ConsumerQueue(c, []time.Duration{time.Second}))
@@ -276,6 +277,37 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 		if _, err := channel("auditor").QueueDeclarePassive(c.DeadLetterQueue, true, false, false, false, nil); err != nil {
 			t.Errorf("auditor cannot count the messages of %s: %v", c.DeadLetterQueue, err)
 		}
+		// Its write permission on the dead-letter queues (which RabbitMQ 4.2.7 and later ask
+		// of a passive declare) lets it neither bind them, purge them, delete them nor read them.
+		dlq := c.DeadLetterQueue
+		for _, x := range []string{contracts.Exchange, contracts.DeadLetterExchange, contracts.AlternateExchange, amqp.CopiesExchange(c.Queue)} {
+			refused("auditor", "binding "+dlq+" to "+x, func(ch *amqp091.Channel) error {
+				return ch.QueueBind(dlq, "#", x, false, nil)
+			})
+		}
+		refused("auditor", "purging "+dlq, func(ch *amqp091.Channel) error {
+			_, err := ch.QueuePurge(dlq, false)
+			return err
+		})
+		refused("auditor", "deleting "+dlq, func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDelete(dlq, false, false, false)
+			return err
+		})
+		refused("auditor", "consuming "+dlq, func(ch *amqp091.Channel) error {
+			_, err := ch.Consume(dlq, "", false, false, false, false, nil)
+			return err
+		})
+		refused("auditor", "publishing to "+dlq+" through app.events.dlx", publish(contracts.DeadLetterExchange, dlq, ""))
+	}
+	// A relay may not bind app.events to its alternate exchange, which would route
+	// what it publishes to app.events.alternate past its topic permission.
+	for _, p := range contracts.Producers() {
+		refused(p.RelayUser, "binding app.events to app.events.alternate", func(ch *amqp091.Channel) error {
+			return ch.ExchangeBind(contracts.Exchange, "#", contracts.AlternateExchange, false, nil)
+		})
+		refused(p.RelayUser, "binding app.events.unroutable to app.events", func(ch *amqp091.Channel) error {
+			return ch.QueueBind(contracts.UnroutableQueue, "#", contracts.Exchange, false, nil)
+		})
 	}
 
 	// What each needs, it may: a relay publishes its own events under its own
@@ -304,10 +336,60 @@ func TestBrokerUsersAreLimited(t *testing.T) {
 		}
 	}
 	confirmed("stock-relay", "publishing its answer as itself", publish(contracts.Exchange, contracts.EventStockReservationConfirmed, "stock-relay"))
+	confirmed("order-relay", "publishing its event as itself", publish(contracts.Exchange, contracts.EventOrderPlaced, "order-relay"))
 	confirmed("order", "publishing a copy to its own queue", publish(amqp.CopiesExchange(contracts.QueueOrder), contracts.QueueOrder, ""))
 
 	refusedWith(amqp091.PreconditionFailed, "order-relay", "publishing with user_id stock-relay",
 		publish(contracts.Exchange, contracts.EventOrderPlaced, "stock-relay"))
+}
+
+// TestAuditorMayCountOnEveryBroker reads the auditor's permissions in
+// deploy/rabbitmq/definitions.json: the auditor counts the consumers' dead-letter
+// queues with a passive declare, which RabbitMQ 4.2.6 and 4.3.0 allow only with
+// the configure permission on the queue and RabbitMQ 4.2.7 and later with any
+// permission on it (rabbitmq-server #16085, #16272), and older releases without
+// one. Its write permission names exactly those queues; its configure (which
+// would let it delete them) and read (consume, purge) name nothing, and so does
+// its write beyond them. TestBrokerUsersAreLimited shows what that write lets it do
+// on this machine's broker: nothing but the count.
+func TestAuditorMayCountOnEveryBroker(t *testing.T) {
+	t.Parallel()
+	var auditor *rabbitadmin.User
+	for _, u := range brokerUsers(t) {
+		if u.Name == "auditor" {
+			auditor = &u
+		}
+	}
+	if auditor == nil {
+		t.Fatal("no auditor in " + definitionsJSON)
+	}
+	re := func(what, expr string) *regexp.Regexp {
+		r, err := regexp.Compile(expr)
+		if err != nil {
+			t.Fatalf("auditor's %s permission %q: %v", what, expr, err)
+		}
+		return r
+	}
+	configure, write, read := re("configure", auditor.Configure), re("write", auditor.Write), re("read", auditor.Read)
+	counted := map[string]bool{}
+	for _, c := range contracts.Consumers() {
+		counted[c.DeadLetterQueue] = true
+		if !write.MatchString(c.DeadLetterQueue) {
+			t.Errorf("the auditor has no permission on %s: RabbitMQ 4.2.7 and later refuse its passive declare", c.DeadLetterQueue)
+		}
+	}
+	names := []string{contracts.Exchange, contracts.AlternateExchange, contracts.DeadLetterExchange, contracts.UnroutableQueue, "amq.default"}
+	for _, c := range contracts.Consumers() {
+		names = append(names, c.Queue, c.DeadLetterQueue, amqp.CopiesExchange(c.Queue), amqp.RetryQueueName(c.Queue, time.Second))
+	}
+	for _, name := range names {
+		if configure.MatchString(name) || read.MatchString(name) {
+			t.Errorf("the auditor may configure or read %q", name)
+		}
+		if write.MatchString(name) && !counted[name] {
+			t.Errorf("the auditor may write %q, which it does not count", name)
+		}
+	}
 }
 
 // TestBrokerDefinitionsLoad imports deploy/rabbitmq/definitions.json into a private

@@ -18,7 +18,7 @@
 --   stock_maintenance     stock's other commands (purge-inbox, dlq, purge-outbox, replay-outbox)
 --   shipping_app          shipping serve
 --   shipping_maintenance  shipping's other commands (purge-inbox, dlq)
---   auditor               SELECT on every table of every service's database, read-only sessions
+--   auditor               SELECT on every table of every service's database; sessions read-only by default
 
 DO $$
 DECLARE
@@ -41,5 +41,8 @@ BEGIN
 END
 $$;
 
--- Even a mistaken GRANT cannot make the auditor write.
+-- The auditor's sessions start read-only, so a write its code sends by mistake fails.
+-- It is a default, not a limit: a session may turn it off (SET transaction_read_only,
+-- BEGIN READ WRITE), so what keeps the auditor from writing is that it is granted
+-- only SELECT; a mistaken GRANT of more would let it write.
 ALTER ROLE auditor SET default_transaction_read_only = on;

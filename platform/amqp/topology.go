@@ -31,6 +31,9 @@ type Topology struct {
 	// message Exchange cannot route, so that none is silently dropped.
 	AlternateExchange string
 	// UnroutableQueue is the durable quorum queue bound to AlternateExchange.
+	// Empty declares no queue there: the topology of a process whose broker
+	// user may not read AlternateExchange, which binding a queue to it needs
+	// (a relay, PublisherTopology); another process declares and binds it.
 	UnroutableQueue string
 	// DeadLetterExchange is the durable direct exchange that routes rejected
 	// messages to the dead-letter queue named by their routing key.
@@ -67,10 +70,13 @@ func RetryQueueName(queue string, delay time.Duration) string {
 	return queue + ".wait." + delay.String()
 }
 
-// QueueNames lists every queue t declares: the unroutable queue, then for
-// each consumer queue its main queue, dead-letter queue and retry queues.
+// QueueNames lists every queue t declares: the unroutable queue (when set), then
+// for each consumer queue its main queue, dead-letter queue and retry queues.
 func (t Topology) QueueNames() []string {
-	names := []string{t.UnroutableQueue}
+	var names []string
+	if t.UnroutableQueue != "" {
+		names = append(names, t.UnroutableQueue)
+	}
 	for _, q := range t.Queues {
 		names = append(names, q.Name, q.DeadLetterQueue)
 		for _, d := range q.RetryDelays {
@@ -105,6 +111,22 @@ func EventTopology(queues ...QueueSpec) Topology {
 	}
 }
 
+// PublisherTopology returns the topology a relay declares under its own broker
+// user (RELAY_DECLARE_QUEUES=false): EventTopology's exchanges, app.events with
+// its alternate exchange and the dead-letter exchange, and no queue, not even
+// app.events.unroutable. Binding that queue needs the right to read
+// app.events.alternate, and a user with that right could bind app.events to
+// app.events.alternate and route, through the alternate exchange, events its
+// topic permission refuses (docs/architecture.md, rule 8); the relays' users do
+// not have it (deploy/rabbitmq/definitions.json). Every consumer declares and
+// binds app.events.unroutable; until one has, an event no queue takes is returned
+// to the relay (mandatory), which publishes it again later.
+func PublisherTopology() Topology {
+	t := EventTopology()
+	t.UnroutableQueue = ""
+	return t
+}
+
 // ConsumerQueue returns the queue of consumer c as the contract names it: c.Queue
 // bound to each of c.Events, with its dead-letter queue c.DeadLetterQueue and one retry
 // queue per delay in retryDelays (whole milliseconds >= 1 ms; nil declares none, the
@@ -136,12 +158,13 @@ func ParseRetryDelays(raw string) ([]time.Duration, error) {
 	return out, nil
 }
 
-// Validate reports a missing name or a retry delay below one millisecond.
+// Validate reports a missing name (UnroutableQueue may be empty) or a retry
+// delay below one millisecond.
 func (t Topology) Validate() error {
 	var errs []error
 	for _, f := range [...]struct{ field, value string }{
 		{"Exchange", t.Exchange}, {"AlternateExchange", t.AlternateExchange},
-		{"UnroutableQueue", t.UnroutableQueue}, {"DeadLetterExchange", t.DeadLetterExchange},
+		{"DeadLetterExchange", t.DeadLetterExchange},
 	} {
 		if f.value == "" {
 			errs = append(errs, fmt.Errorf("topology: %s is empty", f.field))
@@ -183,11 +206,13 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 	if err := ch.ExchangeDeclare(t.AlternateExchange, amqp091.ExchangeFanout, durable, autoDelete, internal, noWait, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", t.AlternateExchange, err)
 	}
-	if err := declareQueue(ch, t.UnroutableQueue, quorum()); err != nil {
-		return err
-	}
-	if err := bind(ch, t.UnroutableQueue, "", t.AlternateExchange); err != nil {
-		return err
+	if t.UnroutableQueue != "" {
+		if err := declareQueue(ch, t.UnroutableQueue, quorum()); err != nil {
+			return err
+		}
+		if err := bind(ch, t.UnroutableQueue, "", t.AlternateExchange); err != nil {
+			return err
+		}
 	}
 	if err := ch.ExchangeDeclare(t.Exchange, amqp091.ExchangeTopic, durable, autoDelete, internal, noWait,
 		amqp091.Table{"alternate-exchange": t.AlternateExchange}); err != nil {

@@ -65,9 +65,9 @@ type Service struct {
 //	RELAY_LOCK_RETRY       how often a relay looks at who leads which partition: takes free ones, gives extra back (default 1s)
 //	RELAY_LOCK_TIMEOUT     idle_session_timeout of the relay's lock session: a frozen relay loses its partitions after it (default 5s)
 //	RELAY_LOCK_KEEPALIVE   how often the relay talks to its lock session at the least; at most half of RELAY_LOCK_TIMEOUT (default 1s)
-//	RELAY_DECLARE_QUEUES   also declare the consumers' queues (default true); false declares
-//	                       only the exchanges and the unroutable queue, for a broker user that
-//	                       may not read the consumers' queues (deploy/rabbitmq/definitions.json)
+//	RELAY_DECLARE_QUEUES   also declare the consumers' queues and app.events.unroutable (default
+//	                       true); false declares only the exchanges, for a broker user that may
+//	                       not read the queues nor app.events.alternate (deploy/rabbitmq/definitions.json)
 //	LOG_LEVEL              debug, info, warn or error (default info)
 //
 // <P> is Service.EnvPrefix. Durations are Go durations such as 500ms, 5s or 1m.

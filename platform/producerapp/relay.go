@@ -112,15 +112,17 @@ func (s Service) runRelay(ctx context.Context, getenv func(string) string, stder
 	return err
 }
 
-// Topology is what a relay declares (docs/architecture.md, flow step 4): the
-// event exchange with its alternate exchange and unroutable queue, the
-// dead-letter exchange and, with queues, every consumer's queue of the
-// contract with its dead-letter queue and no retry queue, so an event
-// published before a consumer first starts waits in its queue instead of the
-// unroutable one.
+// Topology is what a relay declares (docs/architecture.md, flow step 4). With
+// queues (RELAY_DECLARE_QUEUES=true, a user that may do everything): the event
+// exchange with its alternate exchange and unroutable queue, the dead-letter
+// exchange and every consumer's queue of the contract with its dead-letter
+// queue and no retry queue, so an event published before a consumer first
+// starts waits in its queue instead of the unroutable one. Without:
+// amqp.PublisherTopology, the exchanges only, what the relay's own broker user
+// may declare.
 func Topology(queues bool) amqp.Topology {
 	if !queues {
-		return amqp.EventTopology()
+		return amqp.PublisherTopology()
 	}
 	var specs []amqp.QueueSpec
 	for _, c := range contracts.Consumers() {
