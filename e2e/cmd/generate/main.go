@@ -15,7 +15,9 @@
 //
 // -check writes nothing and exits 1 naming each file that is not what the registry makes,
 // and each generated file the registry no longer makes; without it, generate writes the
-// first and removes the second. It exits 2 on a template error.
+// first and removes the second. It exits 2 on a template error, and before rendering
+// anything when Validate refuses the registry (two services deriving one broker user,
+// PostgreSQL role, database or port).
 package main
 
 import (

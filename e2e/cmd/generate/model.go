@@ -57,14 +57,20 @@ type Event struct {
 	Consumers []string
 }
 
-// NewModel reads the registry, and each event's description from its schema in
-// root/contracts/schemas.
+// NewModel checks the registry (Validate), then reads it, and each event's description
+// from its schema in root/contracts/schemas.
 func NewModel(root string) (*Model, error) {
 	m := &Model{RelayUsers: contracts.RelayUsers(), AuditorPort: "8085"}
+	if err := Validate(contracts.Services(), m.AuditorPort); err != nil {
+		return nil, fmt.Errorf("the registry (contracts/registry.go): %w", err)
+	}
 	for _, s := range contracts.Services() {
 		v := Service{Service: s, Title: title(s.Name), Upper: strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")),
-			Port: strings.TrimPrefix(s.HTTPAddr, ":"), RelayPort: strings.TrimPrefix(s.RelayAddr, ":"),
 			Producer: len(s.Publishes) > 0, Consumer: len(s.Receives) > 0}
+		v.Port, _ = addrPort(s.HTTPAddr) // Validate checked it
+		if s.RelayAddr != "" {
+			v.RelayPort, _ = addrPort(s.RelayAddr)
+		}
 		if p, ok := producerNamed(s.Name); ok {
 			v.RelayUser = p.RelayUser
 		}
