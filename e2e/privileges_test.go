@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
+	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/testkit"
 	"example.com/shop/platform/testkit/rabbitadmin"
 )
@@ -428,5 +430,87 @@ func TestBrokerDefinitionsLoad(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+}
+
+// TestCCRoutedEventIsRefusedByItsConsumer: order-relay publishes under its own routing
+// key with a CC header naming stock's answer. RabbitMQ before 4.0.3 does not check CC
+// and BCC against the topic permission (RabbitMQ 4.0.3 and later refuse the publish),
+// so on such a broker the message reaches order.events, bound to stock's answers; the
+// consumer's check of rule 8 refuses it there, because its user_id, which the broker
+// verifies, is order-relay's and not stock-relay's, whatever the routing keys.
+func TestCCRoutedEventIsRefusedByItsConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	_, urls := testkit.NewVhostWithUsers(t, brokerUsers(t))
+	order, ok := contracts.ConsumerNamed(contracts.ConsumerOrder)
+	if !ok {
+		t.Fatal("no consumer order")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := amqp.Dial(dctx, urls["order"], amqp.EventTopology(amqp.ConsumerQueue(order, nil)), nil)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+
+	relay, err := amqp091.Dial(urls["order-relay"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	ch, err := relay.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = ch.PublishWithContext(pctx, contracts.Exchange, contracts.EventOrderPlaced, false, false, amqp091.Publishing{
+		Body: []byte(`{}`), UserId: "order-relay", Type: contracts.EventStockReservationConfirmed,
+		Headers: amqp091.Table{"CC": []any{contracts.EventStockReservationConfirmed}},
+	})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	consumer, err := amqp091.Dial(urls["order"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = consumer.Close() })
+	cch, err := consumer.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d amqp091.Delivery
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var got bool
+		if d, got, err = cch.Get(order.Queue, true); err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			break
+		}
+		select {
+		case e := <-closed:
+			t.Logf("the broker refused the CC publish (RabbitMQ 4.0.3 or later): %v", e)
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Log("the CC copy reached no queue of order (RabbitMQ 4.0.3 or later refuses it)")
+			return
+		}
+	}
+	t.Logf("this broker routed the CC copy to %s (routing key %q): it does not check CC", order.Queue, d.RoutingKey)
+	publishers := inbox.Publishers{Exchange: contracts.Exchange, Users: map[string]string{}}
+	for _, p := range contracts.Producers() {
+		publishers.Users[p.Name] = p.RelayUser
+	}
+	err = publishers.Check(contracts.EventStockReservationConfirmed, amqp.OriginOf(order.Queue, d.Exchange, d.UserId, d.Headers))
+	if err == nil || !strings.Contains(err.Error(), "unauthenticated") {
+		t.Errorf("order's consumer accepts stock's answer sent by order-relay through CC: %v", err)
 	}
 }
