@@ -264,9 +264,11 @@ func TestKubernetesFollowsTheRegistry(t *testing.T) {
 // relay and per consumer, and the auditor: system.BrokerUsers) may use exactly the names
 // they need, whatever the service: a consumer configures and reads its queue and
 // dead-letter queue and writes its own copies exchange only, a relay writes to the
-// exchange its own producer's events only and touches no queue, the auditor may do
-// nothing but a passive declare, and no user but guest may publish through the default
-// exchange. TestBrokerUsersAreLimited shows the broker enforcing it.
+// exchange its own producer's events only, touches no queue and may not read the
+// alternate exchange, the auditor may write the dead-letter queues it counts (what
+// RabbitMQ 4.2.7 and later ask of a passive declare) and nothing else, and no user but
+// guest may publish through the default exchange. TestBrokerUsersAreLimited shows the
+// broker enforcing it.
 func TestAccessFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
 	users, err := system.BrokerUsers(definitionsJSON)
@@ -347,11 +349,25 @@ func TestAccessFollowsTheRegistry(t *testing.T) {
 			}
 		}
 	}
+	// The auditor counts the dead-letter queues with a passive declare, which RabbitMQ
+	// 4.2.7 and later allow with any permission on the queue (4.2.6 and 4.3.0 only with
+	// configure, earlier releases with none): it may write them, and nothing else.
+	counted := map[string]bool{}
+	for _, c := range contracts.Consumers() {
+		counted[c.DeadLetterQueue] = true
+	}
 	for i, p := range perms["auditor"] {
-		for _, x := range names {
-			if p.MatchString(x) {
-				t.Errorf("definitions.json: user auditor may %s %s", [3]string{"configure", "write", "read"}[i], x)
+		for _, x := range append(names, contracts.AlternateExchange, contracts.UnroutableQueue, contracts.DeadLetterExchange) {
+			if allowed := i == 1 && counted[x]; p.MatchString(x) != allowed {
+				t.Errorf("definitions.json: user auditor may %s %s: %v, want %v", [3]string{"configure", "write", "read"}[i], x, !allowed, allowed)
 			}
+		}
+	}
+	// A relay that may read the alternate exchange could bind app.events to it and
+	// route what it publishes there past its topic permission.
+	for _, prod := range contracts.Producers() {
+		if perms[prod.RelayUser][2].MatchString(contracts.AlternateExchange) {
+			t.Errorf("definitions.json: user %s may read %s", prod.RelayUser, contracts.AlternateExchange)
 		}
 	}
 }
