@@ -22,7 +22,7 @@
 //	-amqp URL          RabbitMQ broker (default $AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)
 //	-rate N            orders per second of the latency runs (default 200)
 //	-duration D        length of each latency run (default 30s)
-//	-rates LIST        rising rates of the search for the highest rate with p99 < 100 ms (default 200,250,...,400,500,...,1200);
+//	-rates LIST        rising rates of the search for the highest rate of each leg with p99 < 100 ms (default 25,50,...,1000);
 //	                   each rate's run prints its CPU ms per order by process and the machine's idle share
 //	-rate-duration D   length of each run of that search (default 10s)
 //	-relay-rows N      outbox rows of the relay comparison (default 50000)
@@ -91,7 +91,7 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&o.cfg.AMQPURL, "amqp", env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	rate := fs.Int("rate", 0, "orders per second of the latency runs (default 200, quick 50)")
 	duration := fs.Duration("duration", 0, "length of each latency run (default 30s, quick 1s)")
-	rates := fs.String("rates", "", "comma-separated rising rates of the maxrate search (default 200,250,300,350,400,500,600,800,1000,1200)")
+	rates := fs.String("rates", "", "comma-separated rising rates of the maxrate search (default 25,50,75,100,150,200,250,300,400,500,600,800,1000)")
 	rateDuration := fs.Duration("rate-duration", 0, "length of each run of the maxrate search (default 10s)")
 	relayRows := fs.Int("relay-rows", 0, "outbox rows of the relay comparison (default 50000)")
 	events := fs.Int("consumer-events", 0, "events queued for each consumer run (default 20000)")

@@ -87,7 +87,7 @@ func DefaultSizes() Sizes {
 		TunedWorkers:         64,
 		LatencyRate:          200,
 		LatencyDuration:      30 * time.Second,
-		MaxRates:             []int{200, 250, 300, 350, 400, 500, 600, 800, 1000, 1200},
+		MaxRates:             []int{25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 600, 800, 1000},
 		MaxRateDuration:      10 * time.Second,
 		GrowthRows:           []int{10_000, 100_000, 1_000_000},
 		GrowthRelayRows:      20_000,

@@ -30,13 +30,28 @@ import (
 //	         delivery, the consumer's wait for an inbox transaction
 //	consume  processed_at -> the reservation's commit seen by the bench
 //	         trigger: the inbox transaction, its commit and the NOTIFY
-var stageNames = []string{"api", "pickup", "confirm", "deliver", "consume"}
+//
+// and of the answer leg, reservation -> order confirmed:
+//
+//	answer_pickup   the answer's occurred_at (set in the reservation's
+//	                transaction, before its commit) -> its published_at: the
+//	                commit, the NOTIFY and the stock relay's wake-up
+//	answer_confirm  relay_confirm_latency_seconds of the stock relay
+//	answer_deliver  the answer's published_at -> processed_at of order's key
+//	apply           processed_at -> the confirmation's commit seen by the
+//	                bench trigger: order's inbox transaction and its commit
+var stageNames = []string{"api", "pickup", "confirm", "deliver", "consume",
+	"answer_pickup", "answer_confirm", "answer_deliver", "apply"}
+
+// histogramStages are the stages read from a relay's histogram, not per order.
+var histogramStages = map[string]bool{"confirm": true, "answer_confirm": true}
 
 func stageName(stage, p string) string { return "latency_stage_" + stage + "_" + p }
 
-// stageTimes returns, per stage but confirm, the sorted durations of the
-// orders in ids (their placements answered after answered[i]).
-func stageTimes(ctx context.Context, orderURL, stockURL string, ids []string, answered []time.Duration, w *watcher) (map[string][]time.Duration, error) {
+// stageTimes returns, per stage but those of histogramStages, the sorted
+// durations of the orders in ids (their placements answered after
+// answered[i]; reserved when w saw it, confirmed when wc did).
+func stageTimes(ctx context.Context, orderURL, stockURL string, ids []string, answered []time.Duration, w, wc *watcher) (map[string][]time.Duration, error) {
 	out := map[string][]time.Duration{"api": slices.Sorted(slices.Values(answered))}
 	oconn, err := pgx.Connect(ctx, orderURL)
 	if err != nil {
@@ -98,13 +113,65 @@ func stageTimes(ctx context.Context, orderURL, stockURL string, ids []string, an
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"pickup", "deliver", "consume"} {
+	if err := answerStages(ctx, oconn, sconn, ids, wc, out); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"pickup", "deliver", "consume", "answer_pickup", "answer_deliver", "apply"} {
 		if len(out[k]) != len(ids) {
 			return nil, fmt.Errorf("stage %s: %d of %d orders found", k, len(out[k]), len(ids))
 		}
 		slices.Sort(out[k])
 	}
 	return out, nil
+}
+
+// answerStages adds to out the answer leg's per-order stages of the orders in
+// ids: stock's answers from its outbox (sconn), order's keys of them from its
+// processed_event (oconn).
+func answerStages(ctx context.Context, oconn, sconn *pgx.Conn, ids []string, wc *watcher, out map[string][]time.Duration) error {
+	rows, err := sconn.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', occurred_at, published_at FROM outbox
+		WHERE event_name = ANY($1) AND envelope->'payload'->>'order_id' = ANY($2)`,
+		[]string{contracts.EventStockReservationConfirmed, contracts.EventStockReservationRejected}, ids)
+	if err != nil {
+		return err
+	}
+	type answer struct {
+		order               string
+		occurred, published time.Time
+	}
+	byEvent := map[string]answer{}
+	var eventIDs []string
+	var id string
+	var a answer
+	var pub *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &a.order, &a.occurred, &pub}, func() error {
+		if pub == nil {
+			return fmt.Errorf("stock's answer %s to order %s is not marked published", id, a.order)
+		}
+		a.published = *pub
+		byEvent[id] = a
+		eventIDs = append(eventIDs, id)
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, err = oconn.Query(ctx, `SELECT message_key, processed_at FROM processed_event WHERE message_key = ANY($1)`, eventIDs)
+	if err != nil {
+		return err
+	}
+	var key string
+	var processed time.Time
+	_, err = pgx.ForEachRow(rows, []any{&key, &processed}, func() error {
+		a, ok := byEvent[key]
+		if !ok {
+			return nil
+		}
+		out["answer_pickup"] = append(out["answer_pickup"], a.published.Sub(a.occurred))
+		out["answer_deliver"] = append(out["answer_deliver"], processed.Sub(a.published))
+		out["apply"] = append(out["apply"], wc.at(a.order).Sub(processed))
+		return nil
+	})
+	return err
 }
 
 // histogramQuantiles reads the histogram name from a Prometheus text
