@@ -138,9 +138,9 @@ down-ha:
 compose-test: tools
 	deploy/compose-test.sh $(GOTESTSUM) --format $(TEST_FORMAT) $(if $(TEST_JSON),--jsonfile $(TEST_JSON)) -- -tags compose -count=1 -timeout 45m ./e2e/composeup/
 
-## fork: copy the repository to DIR under MODULE and NAME (docs/fork.md), e.g. make fork MODULE=github.com/acme/orders NAME=acme
+## fork: copy the repository to DIR under MODULE and NAME (docs/fork.md), e.g. make fork MODULE=github.com/acme/orders NAME=acme [WITHOUT=mysqlinbox,watermillinbox]
 fork:
-	$(GO) run ./e2e/cmd/fork -module '$(MODULE)' $(if $(NAME),-name '$(NAME)') $(if $(DIR),-dir '$(DIR)')
+	$(GO) run ./e2e/cmd/fork -module '$(MODULE)' $(if $(NAME),-name '$(NAME)') $(if $(DIR),-dir '$(DIR)') $(if $(WITHOUT),-without '$(WITHOUT)')
 
 ## service: add services/NAME from the recipe of docs/architecture.md (KIND=consumer, the default, producer or both)
 service:

@@ -15,8 +15,8 @@ import (
 // Store is the database side of a StoreConsumer: the four statements of the
 // inbox on one database engine. DB is what a caller hands to Handle (a pool, a
 // connection or an open transaction), Tx the transaction type the handler writes
-// through. PostgresStore is the store of this package (pgx); package
-// inbox/mysqlinbox holds the MySQL/MariaDB one (database/sql). A Store is
+// through. PostgresStore is the store of this package (pgx); the module
+// integrations/mysqlinbox holds the MySQL/MariaDB one (database/sql). A Store is
 // stateless and safe for concurrent use.
 type Store[DB, Tx any] interface {
 	// InTx runs fn in a READ COMMITTED transaction on db, or joins db when it is an

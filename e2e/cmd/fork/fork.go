@@ -22,9 +22,11 @@ import (
 )
 
 // Options is one fork: the repository Source is copied to Dir, its module path
-// prefix becoming Module and its project name becoming Name.
+// prefix becoming Module and its project name becoming Name, without the options
+// (modules under integrations/, docs/adr/0011) named in Without.
 type Options struct {
 	Source, Dir, Module, Name string
+	Without                   []string
 }
 
 // Change is one file of the fork that differs from its source: its path in the
@@ -39,6 +41,7 @@ type Change struct {
 // changed file, and how many files it copied unchanged.
 type Report struct {
 	OldModule, Module, OldName, Name string
+	Without                          []string // the options left out
 	Changes                          []Change
 	Copied                           int
 }
@@ -90,9 +93,12 @@ func Fork(o Options) (Report, error) {
 	if o.Module == oldModule {
 		return Report{}, usagef("MODULE %s is the module path of the repository already", o.Module)
 	}
-	rep := Report{OldModule: oldModule, Module: o.Module, OldName: path.Base(oldModule), Name: o.Name}
+	rep := Report{OldModule: oldModule, Module: o.Module, OldName: path.Base(oldModule), Name: o.Name, Without: o.Without}
 	files, err := trackedFiles(src)
 	if err != nil {
+		return Report{}, err
+	}
+	if files, err = leaveOut(src, files, o.Without); err != nil {
 		return Report{}, err
 	}
 	r := rewriter{oldModule: oldModule, module: o.Module, oldName: rep.OldName, name: o.Name}
@@ -125,6 +131,9 @@ func Fork(o Options) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
+		if f == "go.work" || f == "deploy/Dockerfile" {
+			b = dropLines(b, o.Without)
+		}
 		to, names := r.path(f)
 		out, c, err := r.content(f, b)
 		if err != nil {
@@ -147,6 +156,38 @@ func Fork(o Options) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// leaveOut returns files without those of the options named in without, each a
+// folder integrations/<name> of root with a go.mod; it refuses any other name.
+func leaveOut(root string, files, without []string) ([]string, error) {
+	for _, name := range without {
+		if !nameRE.MatchString(name) {
+			return nil, usagef("WITHOUT %q: an option is a folder name of integrations/", name)
+		}
+		if _, err := os.Stat(filepath.Join(root, "integrations", name, "go.mod")); err != nil {
+			opts, _ := filepath.Glob(filepath.Join(root, "integrations", "*", "go.mod"))
+			var names []string
+			for _, o := range opts {
+				names = append(names, filepath.Base(filepath.Dir(o)))
+			}
+			return nil, usagef("WITHOUT %s: no option of that name; the options are %s", name, strings.Join(names, ", "))
+		}
+	}
+	return slices.DeleteFunc(files, func(f string) bool {
+		return slices.ContainsFunc(without, func(name string) bool { return strings.HasPrefix(f, "integrations/"+name+"/") })
+	}), nil
+}
+
+// dropLines returns b without its lines that name the folder integrations/<name>
+// of an option in without: go.work's `use` and the Dockerfile's COPY of its go.mod.
+func dropLines(b []byte, without []string) []byte {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	return bytes.Join(slices.DeleteFunc(lines, func(l []byte) bool {
+		return slices.ContainsFunc(without, func(name string) bool {
+			return bytes.Contains(l, []byte("integrations/"+name+"/")) || bytes.HasSuffix(bytes.TrimSpace(l), []byte("integrations/"+name))
+		})
+	}), nil)
 }
 
 // workspaceModule returns the module path prefix of the repository at root: the
@@ -342,6 +383,9 @@ func (rep Report) Print(w io.Writer) {
 		names += c.Names
 	}
 	fmt.Fprintf(w, "changed %d files (%d module paths, %d names), copied %d unchanged\n", len(rep.Changes), mods, names, rep.Copied)
+	for _, o := range rep.Without {
+		fmt.Fprintf(w, "left out the option integrations/%s (and its lines in go.work and deploy/Dockerfile)\n", o)
+	}
 	var dbs, queues []string
 	for _, s := range contracts.Services() {
 		dbs = append(dbs, s.Database)

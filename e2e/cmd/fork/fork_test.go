@@ -56,6 +56,8 @@ func TestForkRefuses(t *testing.T) {
 		{Options{Module: testModule, Name: "func"}, "Go keyword"},
 		{Options{Module: testModule, Name: testName, Dir: full}, "not empty"},
 		{Options{Module: testModule, Name: testName, Dir: filepath.Join(root, "inside")}, "inside the repository"},
+		{Options{Module: testModule, Name: testName, Without: []string{"postgres"}}, "no option of that name"},
+		{Options{Module: testModule, Name: testName, Without: []string{"../platform"}}, "folder name of integrations/"},
 	} {
 		tc.o.Source = root
 		if tc.o.Dir == "" {

@@ -1,6 +1,7 @@
 // Command fork copies this repository into a new folder under a new module path
 // and project name, as a template for a system of one's own (docs/fork.md).
-// `make fork MODULE=github.com/acme/orders [NAME=acme] [DIR=../acme]` runs it.
+// `make fork MODULE=github.com/acme/orders [NAME=acme] [DIR=../acme] [WITHOUT=mysqlinbox,...]`
+// runs it.
 //
 // It copies the tracked files only (`git ls-files`, as they are in the working
 // tree; no history), rewrites the module path in every go.mod (through
@@ -17,6 +18,8 @@
 //	              and digits (default: the module path's last element)
 //	-dir DIR      the new folder; must not exist or be empty (default ../NAME)
 //	-from DIR     the repository to copy (default .)
+//	-without LIST options to leave out, comma-separated folder names of integrations/
+//	              (docs/adr/0011), e.g. mysqlinbox,watermillinbox
 //
 // The exit code is 2 for a bad flag or argument, 1 for any other failure.
 package main
@@ -44,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("name", "", "the fork's project name (default: the module path's last element)")
 	dir := fs.String("dir", "", "the new folder (default ../NAME)")
 	from := fs.String("from", ".", "the repository to copy")
+	without := fs.String("without", "", "comma-separated options (folders of integrations/) to leave out")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -61,7 +65,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		*dir = filepath.Join("..", *name)
 	}
 	start := time.Now()
-	rep, err := Fork(Options{Source: *from, Dir: *dir, Module: *mod, Name: *name})
+	o := Options{Source: *from, Dir: *dir, Module: *mod, Name: *name}
+	if *without != "" {
+		o.Without = strings.Split(*without, ",")
+	}
+	rep, err := Fork(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "fork: %v\n", err)
 		var u usageError

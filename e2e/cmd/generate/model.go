@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -25,6 +26,9 @@ type Model struct {
 	RelayUsers string
 	// AuditorPort is the auditor's port, "8085".
 	AuditorPort string
+	// Modules are the folders of go.work's modules, "contracts", "services/order", ...,
+	// in its order.
+	Modules []string
 }
 
 // Service is one service of the registry and the names derived from it.
@@ -63,6 +67,13 @@ func NewModel(root string) (*Model, error) {
 	m := &Model{RelayUsers: contracts.RelayUsers(), AuditorPort: "8085"}
 	if err := Validate(contracts.Services(), m.AuditorPort); err != nil {
 		return nil, fmt.Errorf("the registry (contracts/registry.go): %w", err)
+	}
+	work, err := os.ReadFile(filepath.Join(root, "go.work"))
+	if err != nil {
+		return nil, err
+	}
+	for _, m2 := range regexp.MustCompile(`(?m)^\s*\./(\S+)\s*$`).FindAllStringSubmatch(string(work), -1) {
+		m.Modules = append(m.Modules, m2[1])
 	}
 	for _, s := range contracts.Services() {
 		v := Service{Service: s, Title: title(s.Name), Upper: strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_")),

@@ -62,7 +62,24 @@ func TestForkThenAddAService(t *testing.T) {
 		name = "zeta"
 	}
 	dir := filepath.Join(t.TempDir(), name)
-	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir)
+	// The fork leaves every option out (docs/adr/0011): it must build and pass its tests
+	// without them.
+	mods, err := filepath.Glob(filepath.Join(root, "integrations", "*", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var options []string
+	for _, m := range mods {
+		options = append(options, filepath.Base(filepath.Dir(m)))
+	}
+	if len(options) == 0 {
+		t.Fatal("no option under integrations/: the fork would leave nothing out")
+	}
+	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir,
+		"WITHOUT="+strings.Join(options, ","))
+	if _, err := os.Stat(filepath.Join(dir, "integrations")); !os.IsNotExist(err) {
+		t.Errorf("the fork WITHOUT=%s has integrations/: %v", strings.Join(options, ","), err)
+	}
 
 	t.Run("the fork names the old project nowhere", func(t *testing.T) {
 		old := regexp.MustCompile(`(?i)[a-z0-9_]*` + regexp.QuoteMeta(oldName) + `[a-z0-9_]*`)

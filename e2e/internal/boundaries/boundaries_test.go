@@ -91,6 +91,8 @@ func TestImportBoundaries(t *testing.T) {
 				t.Errorf("%s imports %s: contracts must import no other part", pkg, imp)
 			case from == "platform" && strings.HasPrefix(to, "services/"):
 				t.Errorf("%s imports %s: platform must not import a service", pkg, imp)
+			case from == "platform" && to == "integrations":
+				t.Errorf("%s imports %s: the core (platform) imports no option (integrations/, docs/adr/0011)", pkg, imp)
 			case strings.HasPrefix(from, "services/") && strings.HasPrefix(to, "services/") && from != to:
 				t.Errorf("%s imports %s: services must not import each other", pkg, imp)
 			case to == "e2e" && from != "e2e":

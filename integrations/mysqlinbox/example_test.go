@@ -13,10 +13,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"example.com/shop/integrations/mysqlinbox"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/inbox/msgkey"
-	"example.com/shop/platform/inbox/mysqlinbox"
 )
 
 // exampleDB is the examples' database on the test server (TEST_MYSQL_DSN or the

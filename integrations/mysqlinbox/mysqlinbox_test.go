@@ -10,16 +10,15 @@ import (
 
 	"github.com/google/uuid"
 
+	"example.com/shop/integrations/mysqlinbox"
 	"example.com/shop/platform/inbox/inboxtest"
-	"example.com/shop/platform/inbox/mysqlinbox"
-	"example.com/shop/platform/testkit"
 )
 
 // newDatabase returns a migrated database of its own on the MySQL/MariaDB test
 // server (TEST_MYSQL_DSN), dropped when t ends.
 func newDatabase(t testing.TB) (*sql.DB, string) {
 	t.Helper()
-	db, dsn := testkit.NewMySQLDatabase(t)
+	db, dsn := newMySQLDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := mysqlinbox.Migrate(ctx, db); err != nil {
