@@ -80,3 +80,17 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, logger 
 	logger.InfoContext(ctx, "http server stopped", slog.String("addr", addr))
 	return nil
 }
+
+// Bound returns middleware that gives each request a context ending d after the
+// request starts, so that no handler waits on a dependency for ever: a database call
+// past it fails with context.DeadlineExceeded, which pg.Unavailable reports (a 503
+// with Retry-After under a service's error rules). d is a duration such as 5 s.
+func Bound(d time.Duration) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), d)
+			defer cancel()
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,20 @@ var (
 	reservedBrokerUsers = []string{"guest", "auditor"}
 	reservedRoles       = []string{"postgres", "auditor"}
 	reservedDatabases   = []string{"postgres", "template0", "template1"}
+	// reservedProcesses are the compose services and Kubernetes objects that are not a
+	// service's: the servers, the auditor and the demo.
+	reservedProcesses = []string{"postgres", "rabbitmq", "rabbitmq-2", "rabbitmq-3", "prometheus", "pgbouncer",
+		"auditor", "demo", "grafana"}
+	// reservedPorts are published by the compose file's servers: PostgreSQL, RabbitMQ,
+	// its management UI, Prometheus, Grafana.
+	reservedPorts = []string{"5432", "5672", "15672", "9090", "3000"}
 )
+
+// nameRE is what a service's name and database may be: a lowercase letter, then up to
+// 38 lowercase letters, digits and dashes. It keeps every name derived from it a file
+// name inside deploy/, a Kubernetes name, a broker name outside amq.*, and a PostgreSQL
+// identifier of at most 63 bytes with _maintenance added.
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,38}$`)
 
 // Validate checks the registry before anything is rendered from it, so that no two
 // services share a name the deploy files derive from theirs. It returns every problem
@@ -33,7 +47,13 @@ var (
 //   - an HTTPAddr or RelayAddr that is not host:port with a port in 1-65535, a port
 //     given twice, whatever the host (":8082" and "0.0.0.0:8082" are one port), or the
 //     auditor's auditorPort;
-//   - a RelayAddr without events to publish, or events to publish without one.
+//   - a RelayAddr without events to publish, or events to publish without one;
+//   - a name or database that nameRE refuses, the name app or amq..., or a name whose
+//     processes (<name>, <name>-relay, <name>-relay-2, migrate-<database>) are another
+//     service's or the deploy files' own (postgres, rabbitmq, auditor, demo, ...);
+//   - a port the compose file's servers publish (5432, 5672, 15672, 9090, 3000);
+//   - an event published by two services, or received by a service while none
+//     publishes it.
 func Validate(services []contracts.Service, auditorPort string) error {
 	var errs []error
 	claim := func(kind string, reserved []string) func(name, owner string) {
@@ -52,8 +72,18 @@ func Validate(services []contracts.Service, auditorPort string) error {
 	user := claim("broker user", reservedBrokerUsers)
 	role := claim("PostgreSQL role", reservedRoles)
 	database := claim("database", reservedDatabases)
-	port := claim("port", nil)
+	port := claim("port", reservedPorts)
 	port(auditorPort, "auditor")
+	process := claim("process name", reservedProcesses)
+	publisher := map[string]string{}
+	for _, s := range services {
+		for _, e := range s.Publishes {
+			if other, ok := publisher[e]; ok {
+				errs = append(errs, fmt.Errorf("service %s: %s is published by %s already: an event has one producer", s.Name, e, other))
+			}
+			publisher[e] = s.Name
+		}
+	}
 
 	for _, s := range services {
 		if s.Name == "" || s.Database == "" || s.HTTPAddr == "" {
@@ -61,6 +91,23 @@ func Validate(services []contracts.Service, auditorPort string) error {
 			continue
 		}
 		producer := len(s.Publishes) > 0
+		for _, n := range []struct{ field, name string }{{"Name", s.Name}, {"Database", s.Database}} {
+			if !nameRE.MatchString(n.name) || n.name == "app" || strings.HasPrefix(n.name, "amq") {
+				errs = append(errs, fmt.Errorf("service %s: %s %q is not a lowercase letter, then at most 38 lowercase letters, digits and dashes, "+
+					"or is app or amq... (the broker's)", s.Name, n.field, n.name))
+			}
+		}
+		process(s.Name, s.Name)
+		process("migrate-"+s.Database, s.Name)
+		if producer {
+			process(s.Name+"-relay", s.Name)
+			process(s.Name+"-relay-2", s.Name)
+		}
+		for _, e := range s.Receives {
+			if _, ok := publisher[e]; !ok {
+				errs = append(errs, fmt.Errorf("service %s: it receives %s, which no service publishes", s.Name, e))
+			}
+		}
 		user(s.Name, s.Name)
 		if producer {
 			user(s.Name+"-relay", s.Name)

@@ -110,3 +110,49 @@ func TestAddrPort(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRefusesWhatBreaksTheDeployFiles: registries that break a deploy file, the
+// broker or PostgreSQL, each the current registry with one change; each subtest names
+// what the registry would break.
+func TestValidateRefusesWhatBreaksTheDeployFiles(t *testing.T) {
+	consumer := func(name, db, addr string) contracts.Service {
+		return contracts.Service{Name: name, Database: db, HTTPAddr: addr, Receives: []string{contracts.EventOrderPlaced}}
+	}
+	with := func(add ...contracts.Service) []contracts.Service { return append(contracts.Services(), add...) }
+	long := strings.Repeat("x", 64) // PostgreSQL keeps 63 bytes of a name
+	for _, tc := range []struct {
+		name, breaks string
+		services     []contracts.Service
+	}{
+		{"two producers of one event", "ProducerOf names only the first; the second relay's topic permission lets it publish it, rule 8 dead-letters it",
+			with(contracts.Service{Name: "dup", Database: "dup", HTTPAddr: ":8090", RelayAddr: ":8091", Publishes: []string{contracts.EventOrderPlaced}})},
+		{"a service named like a compose server", "docker-compose.yml gets two services postgres",
+			with(consumer("postgres", "pgsvc", ":8090"))},
+		{"a service named like a relay's second replica", "docker-compose.yml gets two services order-relay-2",
+			with(consumer("order-relay-2", "orderrelay2", ":8090"))},
+		{"a service named like a migrate job", "docker-compose.yml gets two services migrate-orders (order's migrate job is migrate-<database>); the Deployment's selector matches the Job's pods",
+			with(consumer("migrate-orders", "migrateorders", ":8090"))},
+		{"a service named app", "its queue app.events and user app: write on the exchange app.events",
+			with(consumer("app", "appdb", ":8090"))},
+		{"a service named amq.x", "RabbitMQ refuses queues named amq.*",
+			with(consumer("amq.x", "amqx", ":8090"))},
+		{"a name with a slash", "rendered paths deploy/k8s/<name>.yaml leave deploy/k8s",
+			with(consumer("../../evil", "evil", ":8090"))},
+		{"an upper-case name", "Kubernetes names must be lower case; FEED_ variables collide with feed's",
+			with(consumer("Order", "order2", ":8090"))},
+		{"roles that PostgreSQL truncates to one", "roles and databases of 65 bytes truncate to the same 63 bytes",
+			with(consumer(long+"a", long+"a", ":8090"), consumer(long+"b", long+"b", ":8091"))},
+		{"a port of the compose servers", "127.0.0.1:5432 is published by postgres in docker-compose.yml",
+			with(consumer("billing", "billing", ":5432"))},
+		{"a database with a quote", "roles.sql and CREATE DATABASE",
+			with(consumer("billing", `bill"ing`, ":8090"))},
+		{"an event received that nobody publishes", "the consumer binds a key no relay may publish",
+			with(contracts.Service{Name: "billing", Database: "billing", HTTPAddr: ":8090", Receives: []string{"nobody.thing.happened.v1"}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := Validate(tc.services, "8085"); err == nil {
+				t.Errorf("Validate accepts it; it breaks: %s", tc.breaks)
+			}
+		})
+	}
+}

@@ -83,7 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		o.Name, o.Kind, r.HTTPAddr, time.Since(start).Round(time.Millisecond), len(r.Wrote), len(r.Generated))
 	fmt.Fprintf(stdout, "Next: (cd services/%s && go test ./...); then its own tables and handlers (docs/architecture.md, \"Add a service\").\n", o.Name)
 	if o.Kind == "producer" {
-		fmt.Fprintf(stdout, "No service receives %s.%s.recorded.v1 yet: its copies wait in app.events.unroutable until one lists it in Receives.\n", o.Name, o.Name)
+		fmt.Fprintf(stdout, "No service receives %s.%s.recorded.v1 yet: until one lists it in Receives, the relay's copies go to app.events.unroutable "+
+			"(the UnroutableEvents alert); give a consumer added later the earlier ones with `%s replay-outbox` (docs/fork.md).\n", o.Name, o.Name, o.Name)
 	}
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"go/ast"
 	"go/format"
 	"go/parser"
 	"go/token"
@@ -98,6 +99,9 @@ func Add(o Options) (Result, error) {
 	if err := refuseImportedName(d.Name, files); err != nil {
 		return Result{}, err
 	}
+	if err := refuseTemplateIdent(d); err != nil {
+		return Result{}, err
+	}
 	registry, err := os.ReadFile(filepath.Join(o.Root, "contracts", "registry.go"))
 	if err != nil {
 		return Result{}, err
@@ -153,7 +157,7 @@ func plan(o Options) (data, error) {
 	if !nameRE.MatchString(o.Name) {
 		return data{}, usagef("NAME %q: a service name is a lowercase letter, then lowercase letters and digits", o.Name)
 	}
-	if token.IsKeyword(o.Name) || types.Universe.Lookup(o.Name) != nil || o.Name == "main" {
+	if token.IsKeyword(o.Name) || types.Universe.Lookup(o.Name) != nil || o.Name == "main" || o.Name == "init" {
 		return data{}, usagef("NAME %s: the service's domain package is named after it, and %s is Go's", o.Name, o.Name)
 	}
 	switch o.Kind {
@@ -307,6 +311,45 @@ func refuseImportedName(name string, files map[string][]byte) error {
 			if last == name {
 				return usagef("NAME %s: the service imports a package %s (%s) already", name, name, p)
 			}
+		}
+	}
+	return nil
+}
+
+// refuseTemplateIdent refuses a name that the templates' Go code uses as an identifier of
+// its own (a variable, parameter, receiver or field: ctx, tx, r, w, id, ...): the
+// service's domain package, named after the service, would be shadowed where it is
+// used. It renders the templates of d's kind with a name they never use, and looks
+// for d's name among their identifiers.
+func refuseTemplateIdent(d data) error {
+	probe := d
+	probe.Name, probe.Title, probe.Upper = "zzprobe", "Zzprobe", "ZZPROBE"
+	for i, r := range probe.Receives {
+		if r.Own {
+			probe.Receives[i].Payload = "zzprobe.Recorded"
+		}
+	}
+	files, err := render(probe)
+	if err != nil {
+		return err
+	}
+	for _, rel := range slices.Sorted(keys(files)) {
+		if !strings.HasSuffix(rel, ".go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), rel, files[rel], 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		found := false
+		ast.Inspect(f, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && id.Name == d.Name {
+				found = true
+			}
+			return !found
+		})
+		if found {
+			return usagef("NAME %s: the service's code uses %s as a name of its own (%s)", d.Name, d.Name, strings.Replace(rel, "zzprobe", d.Name, -1))
 		}
 	}
 	return nil

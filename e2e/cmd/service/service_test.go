@@ -251,14 +251,19 @@ func TestRefuses(t *testing.T) {
 		{Name: "Billing", Kind: "consumer"},
 		{Name: "billing", Kind: "publisher"},
 		{Name: "shipping", Kind: "consumer"},
-		{Name: "orders", Kind: "consumer"},    // order's database
-		{Name: "auditor", Kind: "consumer"},   // services/auditor
-		{Name: "postgres", Kind: "consumer"},  // a service of docker-compose.yml
-		{Name: "type", Kind: "consumer"},      // a Go keyword
-		{Name: "string", Kind: "both"},        // a predeclared identifier
-		{Name: "inbox", Kind: "consumer"},     // a package the service imports
-		{Name: "events", Kind: "both"},        // one of its own
-		{Name: "store", Kind: "producer"},     // one of a producer's
+		{Name: "orders", Kind: "consumer"},   // order's database
+		{Name: "auditor", Kind: "consumer"},  // services/auditor
+		{Name: "postgres", Kind: "consumer"}, // a service of docker-compose.yml
+		{Name: "type", Kind: "consumer"},     // a Go keyword
+		{Name: "string", Kind: "both"},       // a predeclared identifier
+		{Name: "inbox", Kind: "consumer"},    // a package the service imports
+		{Name: "events", Kind: "both"},       // one of its own
+		{Name: "store", Kind: "producer"},    // one of a producer's
+		{Name: "ctx", Kind: "consumer"},      // a name the service's code uses for its own
+		{Name: "r", Kind: "producer"},
+		{Name: "tx", Kind: "both"},
+		{Name: "init", Kind: "consumer"},      // Go's
+		{Name: "record", Kind: "consumer"},    // its handler's function
 		{Name: "guest", Kind: "consumer"},     // the broker's administrator
 		{Name: "app", Kind: "consumer"},       // its queue would be app.events
 		{Name: "amqx", Kind: "consumer"},      // the broker reserves amq.
@@ -297,4 +302,31 @@ func runIn(t *testing.T, dir, name string, args ...string) {
 		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out)
 	}
 	t.Logf("%s %s: %s", name, strings.Join(args, " "), time.Since(start).Round(time.Second))
+}
+
+// TestPlainNamesPass: the names the docs use pass every check Add makes before
+// writing, for each kind.
+func TestPlainNamesPass(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"billing", "ledger", "feed", "sink"} {
+		for _, kind := range []string{"consumer", "producer", "both"} {
+			d, err := plan(Options{Name: name, Kind: kind, Root: root})
+			if err != nil {
+				t.Fatalf("plan(%s, %s): %v", name, kind, err)
+			}
+			files, err := render(d)
+			if err == nil {
+				err = refuseImportedName(d.Name, files)
+			}
+			if err == nil {
+				err = refuseTemplateIdent(d)
+			}
+			if err != nil {
+				t.Errorf("NAME=%s KIND=%s: %v", name, kind, err)
+			}
+		}
+	}
 }
