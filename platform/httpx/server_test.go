@@ -2,9 +2,11 @@ package httpx_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -93,5 +95,22 @@ func TestServeStopsOnCancel(t *testing.T) {
 	cancel()
 	if err := <-served; err != nil {
 		t.Errorf("Serve = %v, want nil", err)
+	}
+}
+
+// TestBound: a request's context ends d after it starts, and a handler waiting on it
+// sees context.DeadlineExceeded.
+func TestBound(t *testing.T) {
+	var got error
+	var left time.Duration
+	h := httpx.Bound(50 * time.Millisecond)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deadline, _ := r.Context().Deadline()
+		left = time.Until(deadline)
+		<-r.Context().Done()
+		got = r.Context().Err()
+	}))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	if !errors.Is(got, context.DeadlineExceeded) || left <= 0 || left > 50*time.Millisecond {
+		t.Errorf("the handler's context ended with %v, %v before its deadline; want DeadlineExceeded within 50 ms", got, left)
 	}
 }
