@@ -20,7 +20,6 @@ import (
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
@@ -79,13 +78,11 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, s.Name)
-	stopTracing, err := telemetry.Start(ctx, s.Name, logger)
+	logger, stopTracing, err := telemetry.StartProcess(ctx, stderr, cfg.LogLevel, s.Name, "starting", cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 	deps, err := s.newDeps(cfg)
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
@@ -56,14 +55,11 @@ func (s Service) runRelay(ctx context.Context, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	name := s.Name + "-relay"
-	logger := logging.New(stderr, cfg.LogLevel, name)
-	stopTracing, err := telemetry.Start(ctx, name, logger)
+	logger, stopTracing, err := telemetry.StartProcess(ctx, stderr, cfg.LogLevel, s.Name+"-relay", "starting relay", cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	logger.InfoContext(ctx, "starting relay", slog.Any("config", cfg))
 
 	var (
 		db     atomic.Pointer[pgxpool.Pool]

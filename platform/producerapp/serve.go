@@ -87,13 +87,11 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, s.Name)
-	stopTracing, err := telemetry.Start(ctx, s.Name, logger)
+	logger, stopTracing, err := telemetry.StartProcess(ctx, stderr, cfg.LogLevel, s.Name, "starting", cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 
 	var db atomic.Pointer[pgxpool.Pool]
 	defer func() { pg.Close(db.Load()) }()

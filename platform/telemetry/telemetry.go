@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"example.com/shop/platform/logging"
 )
 
 // ShutdownTimeout bounds the flush of the spans left when a process ends.
@@ -140,4 +143,19 @@ func Start(ctx context.Context, serviceName string, logger *slog.Logger) (stop f
 			logger.WarnContext(ctx, "tracing: spans not flushed", slog.Any("error", err))
 		}
 	}, nil
+}
+
+// StartProcess begins a long-running command (serve, relay): its logger
+// (logging.New: JSON records on w at level, with the service attribute name), its
+// tracing (Start) and the record msg ("starting") holding the configuration cfg,
+// whose LogValue masks its passwords. It returns the logger and stop, which
+// flushes the spans and is called when the command ends. Errors are Start's.
+func StartProcess(ctx context.Context, w io.Writer, level slog.Level, name, msg string, cfg any) (*slog.Logger, func(), error) {
+	logger := logging.New(w, level, name)
+	stop, err := Start(ctx, name, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger.InfoContext(ctx, msg, slog.Any("config", cfg))
+	return logger, stop, nil
 }

@@ -13,7 +13,6 @@ import (
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/logging"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/telemetry"
@@ -55,13 +54,11 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	logger := logging.New(stderr, cfg.LogLevel, service)
-	stopTracing, err := telemetry.Start(ctx, service, logger)
+	logger, stopTracing, err := telemetry.StartProcess(ctx, stderr, cfg.LogLevel, service, "starting", cfg)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	logger.InfoContext(ctx, "starting", slog.Any("config", cfg))
 	reg := metrics.NewRegistry()
 
 	var pools []*pgxpool.Pool
