@@ -135,17 +135,22 @@ func partitionBridge(ctx context.Context, r *run, rng *rand.Rand, d time.Duratio
 // partitionRing holds a bridge whose bridging node moves round the ring every
 // 3 to 6 seconds: each node keeps seeing a majority, never the same one for long.
 func partitionRing(ctx context.Context, r *run, rng *rand.Rand, d time.Duration) (string, error) {
+	// The steps are drawn first, so that the seed alone decides them.
 	b := rng.IntN(len(r.nodes))
-	end := time.Now().Add(d)
+	var steps []time.Duration
+	for left := d; left > 0; {
+		step := min(left, time.Duration(3000+rng.IntN(3000))*time.Millisecond)
+		steps, left = append(steps, step), left-step
+	}
 	var moves []string
 	var errs []error
-	for time.Now().Before(end) {
+	for _, step := range steps {
 		heal, err := r.drop(ctx, [][2]int{others(b, len(r.nodes))})
 		if err != nil {
 			return "ring " + strings.Join(moves, ">"), err
 		}
 		moves = append(moves, short(r.nodes[b]))
-		_ = backoff.Sleep(ctx, min(time.Until(end), time.Duration(3000+rng.IntN(3000))*time.Millisecond))
+		_ = backoff.Sleep(ctx, step)
 		errs = append(errs, heal())
 		b = (b + 1) % len(r.nodes)
 	}
