@@ -205,6 +205,9 @@ func Cluster(ctx context.Context, opts Options) (Result, error) {
 	if err := r.finalChecks(ctx); err != nil {
 		return r.res, err
 	}
+	for _, e := range r.pg.Rebuilt {
+		r.repaired("pg_rewind failed, the old primary copied afresh (pg_basebackup): %s", strings.Join(strings.Fields(e), " "))
+	}
 	r.res.Placed, r.res.LoadErrors = r.rig.Placed(), int(load.errors.Load())
 	r.res.Cancelled = int(load.cancelled.Load())
 	r.report()
@@ -298,6 +301,13 @@ func (r *run) printf(format string, args ...any) {
 	r.outMu.Lock()
 	defer r.outMu.Unlock()
 	fmt.Fprintf(r.opts.Out, format, args...)
+}
+
+// printLog writes to the processes' log.
+func (r *run) printLog(format string, args ...any) {
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
+	fmt.Fprintf(r.opts.Log, format, args...)
 }
 
 func (r *run) faultError(format string, args ...any) {

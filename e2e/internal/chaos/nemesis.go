@@ -83,6 +83,9 @@ func (r *run) lane(ctx context.Context, l lane, rng *rand.Rand) {
 		r.mu.Unlock()
 		line := fmt.Sprintf("%-9s %-9s %-18s %-44s %s", fmtDur(at), l.name, k.name, target, fmtDur(d))
 		if err != nil {
+			if r.opts.Log != nil {
+				r.printLog("chaos   | %s %s on %s at %s: %v\n", l.name, k.name, target, fmtDur(at), err)
+			}
 			line += "  ERROR: " + firstLine(err.Error())
 			r.faultError("%s on %s at %s: %v", k.name, target, fmtDur(at), firstLine(err.Error()))
 		}

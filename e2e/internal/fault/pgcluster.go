@@ -28,6 +28,9 @@ type PGCluster struct {
 	dir              string
 	cred             *syscall.Credential
 	sync             bool
+	// Rebuilt holds, for each Rejoin whose pg_rewind failed (and that copied
+	// the new primary afresh with pg_basebackup instead), pg_rewind's error.
+	Rebuilt []string
 }
 
 // PGServer is one server of a PGCluster.
@@ -139,7 +142,8 @@ func (c *PGCluster) Promote(ctx context.Context) error {
 // Failover kills the primary (Kill), promotes the standby gap later, and makes
 // the old primary its standby: CHECKPOINT on the new primary (so that its
 // control file names the new timeline), pg_rewind of the old primary's data
-// directory from it (-R: standby.signal and primary_conninfo), then start and
+// directory from it (-R: standby.signal and primary_conninfo; a fresh
+// pg_basebackup instead when pg_rewind fails, kept in Rebuilt), then start and
 // wait until it streams. Between the promotion and that moment the new primary
 // does not wait for a standby (synchronous_standby_names = ”); once the
 // standby streams, a synchronous cluster waits for it again. Primary and
@@ -172,9 +176,12 @@ func (c *PGCluster) Rejoin(ctx context.Context) error {
 	if err := c.exec(ctx, c.Primary, "CHECKPOINT"); err != nil {
 		return fmt.Errorf("pg rejoin: %w", err)
 	}
-	if err := c.run(ctx, "pg_rewind", "-D", c.Standby.Dir, "-R", "--no-sync",
-		"--source-server", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", c.Primary.Port)); err != nil {
-		return fmt.Errorf("pg rejoin: %w", err)
+	if err := c.rewind(ctx); err != nil {
+		// As an operator would: a fresh copy of the new primary instead.
+		c.Rebuilt = append(c.Rebuilt, err.Error())
+		if err := c.rebuild(ctx); err != nil {
+			return fmt.Errorf("pg rejoin: pg_rewind failed, and so did pg_basebackup: %w", err)
+		}
 	}
 	// pg_rewind copied the new primary's configuration, its port included.
 	if err := c.configure(c.Standby); err != nil {
@@ -196,6 +203,70 @@ func (c *PGCluster) Rejoin(ctx context.Context) error {
 		return fmt.Errorf("pg rejoin: %w", err)
 	}
 	return nil
+}
+
+// rewind runs pg_rewind of Standby's data directory from Primary, once the
+// processes of the killed server are gone. pg_rewind first completes the
+// target's crash recovery in single-user mode; when the target is still not
+// shut down cleanly after that (seen in a soak of `make chaos
+// TOPOLOGY=cluster`), the crash recovery is run again here and pg_rewind
+// once more, up to three times.
+func (c *PGCluster) rewind(ctx context.Context) error {
+	if pid, err := c.Standby.pid(); err == nil {
+		for alive(pid) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var errs []error
+	for range 3 {
+		err := c.run(ctx, "pg_rewind", "-D", c.Standby.Dir, "-R", "--no-sync",
+			"--source-server", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", c.Primary.Port))
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if !strings.Contains(err.Error(), "shut down cleanly") {
+			break
+		}
+		if err := c.singleUser(ctx, c.Standby); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rebuild replaces Standby's data directory with a fresh pg_basebackup of
+// Primary (-R: standby.signal and primary_conninfo).
+func (c *PGCluster) rebuild(ctx context.Context) error {
+	if err := os.RemoveAll(c.Standby.Dir); err != nil {
+		return err
+	}
+	return c.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Primary.Port), "-U", "postgres",
+		"-D", c.Standby.Dir, "-R", "--checkpoint=fast", "--no-sync")
+}
+
+// singleUser runs server s's crash recovery in single-user mode (postgres
+// --single, its input empty), which ends with a shutdown checkpoint.
+func (c *PGCluster) singleUser(ctx context.Context, s *PGServer) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "postgres"), "--single", "-F", "-D", s.Dir, "template1")
+	cmd.Dir = c.dir
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("postgres --single -D %s: %w: %s", s.Dir, err, out)
+	}
+	return nil
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
 }
 
 // Restart stops server s (pg_ctl stop, -m immediate: as a crash, else -m
