@@ -207,10 +207,9 @@ func (c *PGCluster) Rejoin(ctx context.Context) error {
 
 // rewind runs pg_rewind of Standby's data directory from Primary, once the
 // processes of the killed server are gone. pg_rewind first completes the
-// target's crash recovery in single-user mode; when the target is still not
-// shut down cleanly after that (seen in a soak of `make chaos
-// TOPOLOGY=cluster`), the crash recovery is run again here and pg_rewind
-// once more, up to three times.
+// target's crash recovery in single-user mode; when that fails (seen in a
+// soak of `make chaos TOPOLOGY=cluster`), the crash recovery is run again here
+// and pg_rewind once more, up to three times, a second apart.
 func (c *PGCluster) rewind(ctx context.Context) error {
 	if pid, err := c.Standby.pid(); err == nil {
 		for alive(pid) && ctx.Err() == nil {
@@ -225,9 +224,10 @@ func (c *PGCluster) rewind(ctx context.Context) error {
 			return nil
 		}
 		errs = append(errs, err)
-		if !strings.Contains(err.Error(), "shut down cleanly") {
+		if ctx.Err() != nil {
 			break
 		}
+		time.Sleep(time.Second)
 		if err := c.singleUser(ctx, c.Standby); err != nil {
 			errs = append(errs, err)
 		}
