@@ -35,6 +35,7 @@
 //
 //	-topology T  single (default) or cluster
 //	-faults D    cluster: how long to raise faults (default 0: until the orders are placed)
+//	-async       cluster: asynchronous replication (a failover may lose acknowledged orders; the ledger says so)
 package main
 
 import (
@@ -69,6 +70,7 @@ type settings struct {
 	dbURL  string
 	topo   string
 	faults time.Duration
+	async  bool
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (settings, error) {
@@ -93,6 +95,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	fs.StringVar(&s.logDir, "logs", ".chaos/logs", "directory of the processes' output")
 	fs.StringVar(&s.topo, "topology", "single", "single: one broker node, one database; cluster: three nodes, primary and standby")
 	fs.DurationVar(&s.faults, "faults", 0, "cluster: how long to raise faults (0: until the orders are placed)")
+	fs.BoolVar(&s.async, "async", false, "cluster: asynchronous replication (a failover may lose acknowledged orders)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}

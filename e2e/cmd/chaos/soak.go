@@ -349,7 +349,7 @@ func databasesFor(ctx context.Context, serverURL string, seed uint64) (map[strin
 // seed, when the ledger does not hold.
 func runCluster(ctx context.Context, st settings, bin string, log io.Writer, stdout io.Writer) error {
 	res, err := chaos.Cluster(ctx, chaos.Options{
-		Seed: st.seed, Orders: st.orders, Faults: st.faults, Rate: st.rate, BinDir: bin, Log: log, Out: stdout,
+		Seed: st.seed, Orders: st.orders, Faults: st.faults, Rate: st.rate, BinDir: bin, Log: log, Out: stdout, Async: st.async,
 	})
 	if err != nil {
 		return fmt.Errorf("seed %d (CHAOS_SEED=%d replays it): %w", st.seed, st.seed, err)

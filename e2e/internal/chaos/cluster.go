@@ -38,6 +38,9 @@ type Options struct {
 	BinDir string        // the order, stock and shipping binaries
 	Log    io.Writer     // the processes' output (nil: kept in memory)
 	Out    io.Writer     // the fault table and the ledger
+	// Async replicates asynchronously: a failover may then lose commits the
+	// clients saw acknowledged, which the ledger reports as missing orders.
+	Async bool
 }
 
 // settle bounds the wait for the system to drain once the faults are healed.
@@ -138,8 +141,12 @@ func Cluster(ctx context.Context, opts Options) (Result, error) {
 	if err := r.setUp(ctx); err != nil {
 		return r.res, err
 	}
-	r.printf("chaos: cluster of 3 RabbitMQ nodes %v, PostgreSQL primary :%d with synchronous standby :%d, %d processes, RELAY_PARTITIONS=%d\n",
-		nodeNames(r.nodes), r.pg.Primary.Port, r.pg.Standby.Port, len(r.rig.Sys.All()), partitions)
+	repl := "synchronous"
+	if opts.Async {
+		repl = "asynchronous"
+	}
+	r.printf("chaos: cluster of 3 RabbitMQ nodes %v, PostgreSQL primary :%d with %s standby :%d, %d processes, RELAY_PARTITIONS=%d\n",
+		nodeNames(r.nodes), r.pg.Primary.Port, repl, r.pg.Standby.Port, len(r.rig.Sys.All()), partitions)
 	r.start = time.Now()
 
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -222,7 +229,7 @@ func (r *run) setUp(ctx context.Context) error {
 	if r.nodes, err = fault.StartCluster(ctx, r.hosts); err != nil {
 		return fmt.Errorf("private RabbitMQ cluster: %w", err)
 	}
-	if r.pg, err = fault.StartPGCluster(ctx, true); err != nil {
+	if r.pg, err = fault.StartPGCluster(ctx, !r.opts.Async); err != nil {
 		return err
 	}
 	urls := make([]string, len(r.nodes))
