@@ -113,10 +113,13 @@ screenshot:
 bench: build
 	$(GO) run ./e2e/cmd/bench
 
-## chaos: a seeded soak of $(CHAOS_ORDERS) orders under random faults; CHAOS_SEED=N replays a run
+## chaos: a seeded soak of $(CHAOS_ORDERS) orders under random faults; CHAOS_SEED=N replays a run.
+## make chaos TOPOLOGY=cluster: the same on three RabbitMQ nodes and a PostgreSQL primary/standby,
+## two processes of each kind, overlapping partitions, node kills, failovers (root; docs/reliability.md)
 CHAOS_ORDERS ?= 10000
+TOPOLOGY     ?= single
 chaos: build
-	$(GO) run ./e2e/cmd/chaos -orders $(CHAOS_ORDERS)
+	$(GO) run ./e2e/cmd/chaos -orders $(CHAOS_ORDERS) -topology $(TOPOLOGY)
 
 ## up: the whole system in Docker (needs a Docker engine with `docker compose`; README.md)
 up:

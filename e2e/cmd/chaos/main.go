@@ -26,6 +26,16 @@
 //
 // It exits 1 when an event was lost or reserved twice, an invariant is
 // broken, or a process was not ready again by itself.
+//
+// With -topology cluster (make chaos TOPOLOGY=cluster; needs root) it runs the
+// whole saga, two processes of each kind, on a private three-node RabbitMQ
+// cluster and a PostgreSQL primary with a synchronous standby instead, while a
+// seeded nemesis raises overlapping faults on the broker hosts, the database
+// and the processes (package e2e/internal/chaos):
+//
+//	-topology T  single (default) or cluster
+//	-faults D    cluster: how long to raise faults (default 0: until the orders are placed)
+//	-async       cluster: asynchronous replication (a failover may lose acknowledged orders; the ledger says so)
 package main
 
 import (
@@ -37,6 +47,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -57,6 +68,9 @@ type settings struct {
 	binDir string
 	logDir string
 	dbURL  string
+	topo   string
+	faults time.Duration
+	async  bool
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (settings, error) {
@@ -79,8 +93,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	fs.IntVar(&s.rate, "rate", 40, "orders per second the load aims at")
 	fs.StringVar(&s.binDir, "bin", "bin", "directory of the order, stock and shipping binaries")
 	fs.StringVar(&s.logDir, "logs", ".chaos/logs", "directory of the processes' output")
+	fs.StringVar(&s.topo, "topology", "single", "single: one broker node, one database; cluster: three nodes, primary and standby")
+	fs.DurationVar(&s.faults, "faults", 0, "cluster: how long to raise faults (0: until the orders are placed)")
+	fs.BoolVar(&s.async, "async", false, "cluster: asynchronous replication (a failover may lose acknowledged orders)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
+	}
+	if s.topo != "single" && s.topo != "cluster" {
+		return s, fmt.Errorf("-topology %q: want single or cluster", s.topo)
 	}
 	if s.orders < 1 || s.rate < 1 {
 		return s, fmt.Errorf("-orders and -rate must be positive")

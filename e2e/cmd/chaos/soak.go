@@ -17,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/chaos"
 	"example.com/shop/e2e/internal/fault"
 	"example.com/shop/platform/backoff"
 )
@@ -186,7 +187,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if st.seed == 0 {
 		st.seed = uint64(time.Now().UnixNano())
 	}
-	fmt.Fprintf(stdout, "chaos: seed %d (reproduce with CHAOS_SEED=%d or -seed %d), %d orders at about %d/s\n", st.seed, st.seed, st.seed, st.orders, st.rate)
+	fmt.Fprintf(stdout, "chaos: %s topology, seed %d (reproduce with CHAOS_SEED=%d or -seed %d), %d orders at about %d/s\n", st.topo, st.seed, st.seed, st.seed, st.orders, st.rate)
 
 	bin, err := filepath.Abs(st.binDir)
 	if err != nil {
@@ -200,11 +201,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := os.MkdirAll(st.logDir, 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(st.logDir, fmt.Sprintf("chaos-%d.log", st.seed)))
+	logFile, err := os.Create(filepath.Join(st.logDir, fmt.Sprintf("chaos-%s-%d.log", st.topo, st.seed)))
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
+	if st.topo == "cluster" {
+		return runCluster(ctx, st, bin, logFile, stdout)
+	}
 
 	node, err := fault.StartNode(ctx)
 	if err != nil {
@@ -339,4 +343,20 @@ func databasesFor(ctx context.Context, serverURL string, seed uint64) (map[strin
 		}
 	}
 	return urls, drop, nil
+}
+
+// runCluster is the cluster topology (package chaos): it fails, naming the
+// seed, when the ledger does not hold.
+func runCluster(ctx context.Context, st settings, bin string, log io.Writer, stdout io.Writer) error {
+	res, err := chaos.Cluster(ctx, chaos.Options{
+		Seed: st.seed, Orders: st.orders, Faults: st.faults, Rate: st.rate, BinDir: bin, Log: log, Out: stdout, Async: st.async,
+	})
+	if err != nil {
+		return fmt.Errorf("seed %d (CHAOS_SEED=%d replays it): %w", st.seed, st.seed, err)
+	}
+	if f := res.Failures(); len(f) > 0 {
+		return fmt.Errorf("seed %d (CHAOS_SEED=%d replays it): %d problems:\n%s", st.seed, st.seed, len(f), strings.Join(f, "\n"))
+	}
+	fmt.Fprintln(stdout, "chaos: every invariant holds")
+	return nil
 }

@@ -26,6 +26,9 @@ type Hosts struct {
 	bridge  string
 	All     []Host
 	Control Host
+	// Clients is the address this machine's own processes (the shop's, the
+	// ledger's) reach the hosts from: the bridge's.
+	Clients string
 }
 
 // Host is one of Hosts.
@@ -55,6 +58,7 @@ func NewHosts(ctx context.Context, n int) (*Hosts, error) {
 			link: fmt.Sprintf("sh%s-%d", h.id, i)}
 	}
 	h.Control = host(100, self)
+	h.Clients = net + "254"
 	hostsFile := fmt.Sprintf("127.0.0.1 localhost\n%s %s\n", h.Control.IP, self)
 	for i := range n {
 		h.All = append(h.All, host(i+1, fmt.Sprintf("shop%s-%d", h.id, i+1)))
@@ -110,6 +114,24 @@ func (h *Hosts) Cut(ctx context.Context, host Host) error {
 // Heal brings host's link to the bridge up again.
 func (h *Hosts) Heal(ctx context.Context, host Host) error {
 	return run(ctx, "ip", "link", "set", host.link, "up")
+}
+
+// Drop makes host drop every packet it would send to the address ip (a
+// blackhole route in its namespace): what reaches host from ip gets no
+// answer, and host reaches nothing at ip. Drop host's packets to another host
+// and that host's to it for a two-way partition between them; to Clients to
+// cut every client (this machine) from it. Undrop lifts it.
+func (h *Hosts) Drop(ctx context.Context, host Host, ip string) error {
+	return run(ctx, "ip", "netns", "exec", host.NS, "ip", "route", "add", "blackhole", ip+"/32")
+}
+
+// Undrop removes the route Drop added; no route is not an error.
+func (h *Hosts) Undrop(ctx context.Context, host Host, ip string) error {
+	err := run(ctx, "ip", "netns", "exec", host.NS, "ip", "route", "del", "blackhole", ip+"/32")
+	if err != nil && strings.Contains(err.Error(), "No such process") {
+		return nil
+	}
+	return err
 }
 
 // Close kills what still runs in the hosts (an epmd outlives its node), then

@@ -60,14 +60,11 @@ func (l *Load) client(ctx context.Context, pause time.Duration) {
 		for tried := false; ; tried = true {
 			st, err := l.rig.API.Place(ctx, o.ID)
 			if err == nil && (st == http.StatusOK || (tried && st == http.StatusConflict)) {
-				l.rig.placed.Add(1)
-				l.rig.mu.Lock()
-				l.rig.placedIDs = append(l.rig.placedIDs, o.ID)
-				l.rig.mu.Unlock()
+				l.rig.NotePlaced(o.ID)
 				break
 			}
 			if err == nil && st == http.StatusNotFound {
-				l.rig.vanished.Add(1) // its creation was acknowledged, then lost (a failover)
+				l.rig.NoteVanished() // its creation was acknowledged, then lost (a failover)
 				break
 			}
 			if !l.retry(ctx) {
@@ -107,6 +104,19 @@ func (l *Load) Stop() {
 
 // Errors returns the requests that failed (and were retried).
 func (l *Load) Errors() int { return int(l.errors.Load()) }
+
+// NotePlaced counts order id as placed, for a load driver of the caller's
+// own: Placed, MissingPlaced and the stall watch count it.
+func (r *Rig) NotePlaced(id string) {
+	r.placed.Add(1)
+	r.mu.Lock()
+	r.placedIDs = append(r.placedIDs, id)
+	r.mu.Unlock()
+}
+
+// NoteVanished counts an order whose creation was acknowledged and that was
+// gone when placed (Vanished).
+func (r *Rig) NoteVanished() { r.vanished.Add(1) }
 
 // Placed returns the orders the driver saw placed so far.
 func (r *Rig) Placed() int { return int(r.placed.Load()) }

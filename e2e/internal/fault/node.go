@@ -193,6 +193,36 @@ func (n *Node) Kill() {
 	<-n.done
 }
 
+// Signal sends sig to the node's process group (SIGSTOP freezes the node as
+// a stalled machine would, SIGCONT resumes it); a no-op when it is not running.
+func (n *Node) Signal(sig syscall.Signal) error {
+	if n.cmd == nil {
+		return nil
+	}
+	select {
+	case <-n.done:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-n.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("node %s: signal %v: %w", n.Name, sig, err)
+	}
+	return nil
+}
+
+// Running reports whether the node's server was started and has not exited.
+func (n *Node) Running() bool {
+	if n.done == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Shutdown stops the node cleanly (rabbitmqctl shutdown, SIGKILL after 60 s);
 // its data stays for Start.
 func (n *Node) Shutdown(ctx context.Context) error {

@@ -27,6 +27,10 @@ type PGCluster struct {
 	bin              string
 	dir              string
 	cred             *syscall.Credential
+	sync             bool
+	// Rebuilt holds, for each Rejoin whose pg_rewind failed (and that copied
+	// the new primary afresh with pg_basebackup instead), pg_rewind's error.
+	Rebuilt []string
 }
 
 // PGServer is one server of a PGCluster.
@@ -47,7 +51,7 @@ func StartPGCluster(ctx context.Context, sync bool) (*PGCluster, error) {
 	if len(bins) == 0 {
 		return nil, errors.New("pg cluster: no /usr/lib/postgresql/*/bin/initdb")
 	}
-	c := &PGCluster{bin: filepath.Dir(bins[len(bins)-1])}
+	c := &PGCluster{bin: filepath.Dir(bins[len(bins)-1]), sync: sync}
 	var err error
 	if c.dir, err = os.MkdirTemp("", "shop-pg-"); err != nil {
 		return nil, fmt.Errorf("pg cluster: %w", err)
@@ -73,8 +77,10 @@ func StartPGCluster(ctx context.Context, sync bool) (*PGCluster, error) {
 			return c.run(ctx, "initdb", "-D", c.Primary.Dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
 		},
 		func() error {
+			// wal_log_hints and wal_keep_size let Failover rewind the old primary
+			// (pg_rewind) and stream to it from the new one.
 			return c.configure(c.Primary, "wal_level = replica", "max_wal_senders = 4", "max_connections = 200",
-				"fsync = off", "synchronous_standby_names = '"+standbys+"'")
+				"fsync = off", "synchronous_standby_names = '"+standbys+"'", "wal_log_hints = on", "wal_keep_size = '1GB'")
 		},
 		func() error { return c.Start(ctx, c.Primary) },
 		func() error {
@@ -131,6 +137,182 @@ func (c *PGCluster) Start(ctx context.Context, s *PGServer) error {
 // accepts writes).
 func (c *PGCluster) Promote(ctx context.Context) error {
 	return c.run(ctx, "pg_ctl", "-D", c.Standby.Dir, "-w", "-t", "60", "promote")
+}
+
+// Failover kills the primary (Kill), promotes the standby gap later, and makes
+// the old primary its standby: CHECKPOINT on the new primary (so that its
+// control file names the new timeline), pg_rewind of the old primary's data
+// directory from it (-R: standby.signal and primary_conninfo; a fresh
+// pg_basebackup instead when pg_rewind fails, kept in Rebuilt), then start and
+// wait until it streams. Between the promotion and that moment the new primary
+// does not wait for a standby (synchronous_standby_names = ”); once the
+// standby streams, a synchronous cluster waits for it again. Primary and
+// Standby are swapped. The cluster's URL (URL) finds the new primary unchanged.
+// Each step is bounded by 2 minutes; an error names the step.
+func (c *PGCluster) Failover(ctx context.Context, gap time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.Kill(c.Primary); err != nil {
+		return fmt.Errorf("pg failover: kill the primary: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(gap):
+	}
+	if err := c.Promote(ctx); err != nil {
+		return fmt.Errorf("pg failover: %w", err)
+	}
+	old := c.Primary
+	c.Primary, c.Standby = c.Standby, old
+	if err := c.setSync(ctx, ""); err != nil {
+		return err
+	}
+	return c.Rejoin(ctx)
+}
+
+// Rejoin rewinds the stopped server Standby from the running Primary and
+// starts it as a streaming standby (see Failover).
+func (c *PGCluster) Rejoin(ctx context.Context) error {
+	if err := c.exec(ctx, c.Primary, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("pg rejoin: %w", err)
+	}
+	if err := c.rewind(ctx); err != nil {
+		// As an operator would: a fresh copy of the new primary instead.
+		c.Rebuilt = append(c.Rebuilt, err.Error())
+		if err := c.rebuild(ctx); err != nil {
+			return fmt.Errorf("pg rejoin: pg_rewind failed, and so did pg_basebackup: %w", err)
+		}
+	}
+	// pg_rewind copied the new primary's configuration, its port included.
+	if err := c.configure(c.Standby); err != nil {
+		return fmt.Errorf("pg rejoin: %w", err)
+	}
+	if err := c.Start(ctx, c.Standby); err != nil {
+		return fmt.Errorf("pg rejoin: %w", err)
+	}
+	if err := c.waitStreaming(ctx, false); err != nil {
+		return fmt.Errorf("pg rejoin: %w", err)
+	}
+	if !c.sync {
+		return nil
+	}
+	if err := c.setSync(ctx, "*"); err != nil {
+		return err
+	}
+	if err := c.waitStreaming(ctx, true); err != nil {
+		return fmt.Errorf("pg rejoin: %w", err)
+	}
+	return nil
+}
+
+// rewind runs pg_rewind of Standby's data directory from Primary, once the
+// processes of the killed server are gone. pg_rewind first completes the
+// target's crash recovery in single-user mode; when that fails (seen in a
+// soak of `make chaos TOPOLOGY=cluster`), the crash recovery is run again here
+// and pg_rewind once more, up to three times, a second apart.
+func (c *PGCluster) rewind(ctx context.Context) error {
+	if pid, err := c.Standby.pid(); err == nil {
+		for alive(pid) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var errs []error
+	for range 3 {
+		err := c.run(ctx, "pg_rewind", "-D", c.Standby.Dir, "-R", "--no-sync",
+			"--source-server", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", c.Primary.Port))
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+		if err := c.singleUser(ctx, c.Standby); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rebuild replaces Standby's data directory with a fresh pg_basebackup of
+// Primary (-R: standby.signal and primary_conninfo).
+func (c *PGCluster) rebuild(ctx context.Context) error {
+	if err := os.RemoveAll(c.Standby.Dir); err != nil {
+		return err
+	}
+	return c.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Primary.Port), "-U", "postgres",
+		"-D", c.Standby.Dir, "-R", "--checkpoint=fast", "--no-sync")
+}
+
+// singleUser runs server s's crash recovery in single-user mode (postgres
+// --single, its input empty), which ends with a shutdown checkpoint.
+func (c *PGCluster) singleUser(ctx context.Context, s *PGServer) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "postgres"), "--single", "-F", "-D", s.Dir, "template1")
+	cmd.Dir = c.dir
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("postgres --single -D %s: %w: %s", s.Dir, err, out)
+	}
+	return nil
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
+}
+
+// Restart stops server s (pg_ctl stop, -m immediate: as a crash, else -m
+// fast) and starts it again, within 2 minutes.
+func (c *PGCluster) Restart(ctx context.Context, s *PGServer, immediate bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	mode := "fast"
+	if immediate {
+		mode = "immediate"
+	}
+	if err := c.run(ctx, "pg_ctl", "-D", s.Dir, "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		return err
+	}
+	return c.Start(ctx, s)
+}
+
+// Healthy returns nil once the primary sees its standby streaming (as a
+// synchronous standby when the cluster is synchronous), within timeout.
+func (c *PGCluster) Healthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return c.waitStreaming(ctx, c.sync)
+}
+
+// setSync sets synchronous_standby_names on the primary (ALTER SYSTEM, reload).
+func (c *PGCluster) setSync(ctx context.Context, names string) error {
+	if err := c.exec(ctx, c.Primary, "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'", "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("pg cluster: synchronous_standby_names = '%s': %w", names, err)
+	}
+	return nil
+}
+
+// exec runs each statement on server s's postgres database.
+func (c *PGCluster) exec(ctx context.Context, s *PGServer, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, s.ServerURL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, stmt := range stmts {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
 }
 
 // Kill sends SIGKILL to s's postmaster and every process it started, as the

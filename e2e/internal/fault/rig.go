@@ -44,6 +44,9 @@ type Config struct {
 	ProcessEnv map[string][]string                                       // KEY=VALUE added to one process
 	Log        io.Writer                                                 // the processes' output, prefixed (writes are serialised); nil keeps it in memory
 	Auditor    bool                                                      // run the auditor too, on the direct URLs
+	// Replicas adds more copies of a process (system.Config.Replicas): they get
+	// the URLs as they are, through no proxy, and are in no list of Processes.
+	Replicas map[string]int
 }
 
 // upstreams returns the processes that reach PostgreSQL and RabbitMQ through
@@ -128,6 +131,7 @@ func New(ctx context.Context, cfg Config) (*Rig, error) {
 		Standby:    true,
 		Auditor:    cfg.Auditor,
 		Log:        cfg.Log,
+		Replicas:   cfg.Replicas,
 	})
 	if err != nil {
 		r.Net.Close()
@@ -324,10 +328,11 @@ func (r *Rig) countDuplicates(ctx context.Context, p *system.Process) {
 	}
 }
 
-// consumer reports whether p is the serve process of a consumer of the registry.
+// consumer reports whether p is the serve process of a consumer of the
+// registry, or a replica of one.
 func (r *Rig) consumer(p *system.Process) bool {
 	for _, c := range contracts.Consumers() {
-		if r.Sys.Process(c.Name) == p {
+		if orig := r.Sys.Process(c.Name); orig != nil && p.Bin == orig.Bin && slices.Equal(p.Args, orig.Args) {
 			return true
 		}
 	}
@@ -341,8 +346,11 @@ func (r *Rig) Duplicates(ctx context.Context) int {
 	r.mu.Lock()
 	n := r.dupsBefore
 	r.mu.Unlock()
-	for _, c := range contracts.Consumers() {
-		if v, err := r.Sys.Process(c.Name).Metric(ctx, "inbox_duplicates_total", nil); err == nil {
+	for _, p := range r.Sys.All() {
+		if !r.consumer(p) {
+			continue
+		}
+		if v, err := p.Metric(ctx, "inbox_duplicates_total", nil); err == nil {
 			n += v
 		}
 	}

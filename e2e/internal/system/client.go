@@ -65,13 +65,22 @@ type Shipment struct {
 
 // Client calls the HTTP APIs of a running System.
 type Client struct {
-	sys  *System
-	http *http.Client
+	sys   *System
+	http  *http.Client
+	order *Process // the order API it calls: sys.OrderAPI unless Via
 }
 
 // Client returns an HTTP client for s with a 10 s timeout per request.
 func (s *System) Client() *Client {
-	return &Client{sys: s, http: &http.Client{Timeout: 10 * time.Second}}
+	return &Client{sys: s, http: &http.Client{Timeout: 10 * time.Second}, order: s.OrderAPI}
+}
+
+// Via returns a copy of c that sends the order API's requests to order (a
+// replica of the order service) instead.
+func (c *Client) Via(order *Process) *Client {
+	v := *c
+	v.order = order
+	return &v
 }
 
 // CreateOrder posts a new draft order; it returns the order when the API
@@ -79,7 +88,7 @@ func (s *System) Client() *Client {
 func (c *Client) CreateOrder(ctx context.Context, customerID string, lines []Line) (Order, error) {
 	var o Order
 	body, _ := json.Marshal(map[string]any{"customer_id": customerID, "lines": lines})
-	status, err := c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders", body, &o)
+	status, err := c.do(ctx, http.MethodPost, c.order.Addr, "/orders", body, &o)
 	if err == nil && status != http.StatusCreated {
 		err = fmt.Errorf("create order: status %d", status)
 	}
@@ -88,18 +97,18 @@ func (c *Client) CreateOrder(ctx context.Context, customerID string, lines []Lin
 
 // Place posts /orders/{id}/place and returns the HTTP status (200, 404, 409).
 func (c *Client) Place(ctx context.Context, id string) (int, error) {
-	return c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders/"+id+"/place", nil, nil)
+	return c.do(ctx, http.MethodPost, c.order.Addr, "/orders/"+id+"/place", nil, nil)
 }
 
 // Cancel posts /orders/{id}/cancel and returns the HTTP status.
 func (c *Client) Cancel(ctx context.Context, id string) (int, error) {
-	return c.do(ctx, http.MethodPost, c.sys.OrderAPI.Addr, "/orders/"+id+"/cancel", nil, nil)
+	return c.do(ctx, http.MethodPost, c.order.Addr, "/orders/"+id+"/cancel", nil, nil)
 }
 
 // Order gets /orders/{id}.
 func (c *Client) Order(ctx context.Context, id string) (Order, int, error) {
 	var o Order
-	status, err := c.do(ctx, http.MethodGet, c.sys.OrderAPI.Addr, "/orders/"+id, nil, &o)
+	status, err := c.do(ctx, http.MethodGet, c.order.Addr, "/orders/"+id, nil, &o)
 	return o, status, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,11 @@ type Config struct {
 	// else DBURLs) and scraping every consumer's /metrics.
 	Auditor       bool
 	AuditorDBURLs map[string]string
+	// Replicas adds, for a process of the system by name (a service, a
+	// "<producer>-relay"), that many more copies of it, named "<name>-2",
+	// "<name>-3", ...: the same binary, subcommand and environment (its
+	// ProcessEnv included), each on its own HTTP port.
+	Replicas map[string]int
 }
 
 // System is the long-running processes of the shop, one set per service of the
@@ -49,7 +55,8 @@ type System struct {
 	Standby  *Process // nil unless Config.Standby
 	Stock    *Process
 	Shipping *Process
-	Auditor  *Process // nil unless Config.Auditor
+	Auditor  *Process   // nil unless Config.Auditor
+	replicas []*Process // Config.Replicas, in start order
 }
 
 // RelayName is the name of producer's relay process, e.g. "order-relay" (also its
@@ -84,6 +91,21 @@ func New(cfg Config) (*System, error) {
 	if cfg.Standby {
 		if s.Standby, err = s.process("standby", contracts.ProducerOrder, "relay"); err != nil {
 			return nil, err
+		}
+	}
+	for _, base := range slices.Sorted(maps.Keys(cfg.Replicas)) {
+		orig := s.Process(base)
+		if orig == nil {
+			return nil, fmt.Errorf("system: replicas of %q: no such process", base)
+		}
+		for i := range cfg.Replicas[base] {
+			name := fmt.Sprintf("%s-%d", base, i+2)
+			p, err := s.process(name, filepath.Base(orig.Bin), orig.Args...)
+			if err != nil {
+				return nil, err
+			}
+			p.Env = append(p.Env, cfg.ProcessEnv[base]...)
+			s.replicas = append(s.replicas, p)
 		}
 	}
 	if cfg.Auditor {
@@ -159,12 +181,13 @@ func (s *System) process(name, bin string, args ...string) (*Process, error) {
 }
 
 // All returns the processes in start order: each service's serve, each
-// producer's relay, the standby, the auditor.
+// producer's relay, the standby, the replicas, the auditor.
 func (s *System) All() []*Process {
 	all := slices.Clone(s.services)
 	if s.Standby != nil {
 		all = append(all, s.Standby)
 	}
+	all = append(all, s.replicas...)
 	if s.Auditor != nil {
 		all = append(all, s.Auditor)
 	}
