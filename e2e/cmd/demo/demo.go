@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
@@ -26,15 +25,15 @@ import (
 
 // demo is one run: the system it started and what it has seen so far.
 type demo struct {
-	s    settings
-	ui   *ui
-	srv  servers
-	sys  *system.System
-	api  *system.Client
-	dbs  check.DBs
-	logs []*os.File
-	lock *pgx.Conn           // holds the demo's lock on the PostgreSQL server (claimServer)
-	env  map[string][]string // each process's own role and broker user (processEnv)
+	s      settings
+	ui     *ui
+	srv    servers
+	sys    *system.System
+	api    *system.Client
+	dbs    check.DBs
+	logs   []*os.File
+	unlock func()              // releases the demo's lock on the PostgreSQL server (claimServer)
+	env    map[string][]string // each process's own role and broker user (processEnv)
 
 	first        system.Order // the order followed through every table
 	raceProduct  string       // the product of 5 units the race is about
@@ -54,8 +53,8 @@ func (d *demo) stop() {
 	for _, f := range d.logs {
 		f.Close()
 	}
-	if d.lock != nil {
-		d.lock.Close(context.Background())
+	if d.unlock != nil {
+		d.unlock()
 	}
 }
 
@@ -122,7 +121,7 @@ func (d *demo) servers(ctx context.Context) error {
 
 func (d *demo) fresh(ctx context.Context) error {
 	var err error
-	if d.lock, err = claimServer(ctx, d.s.dbServers[contracts.ProducerOrder], demoLockKey); err != nil {
+	if d.unlock, err = claimServer(ctx, d.s.dbServers[contracts.ProducerOrder], demoLockKey); err != nil {
 		return err
 	}
 	if d.srv.dbURLs, err = demoDatabases(d.s.dbServers); err != nil {

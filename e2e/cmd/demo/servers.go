@@ -149,12 +149,14 @@ func ensureServers(ctx context.Context, out io.Writer, dbURLs []string, amqpURL 
 const demoLockKey = 7_304_215_002
 
 // claimServer takes the advisory lock key (the demo's: demoLockKey) on the
-// server of dbURL and returns the session that holds it until it is closed or
-// the demo dies, so that a second demo refuses to start instead of dropping the
+// server of dbURL and holds it in a session of its own until release or the
+// demo's death, so that a second demo refuses to start instead of dropping the
 // databases under the first one (DROP DATABASE ... WITH (FORCE) would end its
-// sessions). It returns an error when another session holds the lock or the
-// server does not answer.
-func claimServer(ctx context.Context, dbURL string, key int64) (*pgx.Conn, error) {
+// sessions). release unlocks the key, waiting at most 5 s for the server, and
+// closes the session: closing alone would leave the key held until the server
+// notices, and a claim right after could fail. It returns an error when another
+// session holds the lock or the server does not answer.
+func claimServer(ctx context.Context, dbURL string, key int64) (release func(), err error) {
 	admin, err := databaseURL(dbURL, "postgres")
 	if err != nil {
 		return nil, err
@@ -171,7 +173,12 @@ func claimServer(ctx context.Context, dbURL string, key int64) (*pgx.Conn, error
 		}
 		return nil, err
 	}
-	return conn, nil
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
+		conn.Close(ctx)
+	}, nil
 }
 
 // recreateDatabase drops the database of dbURL (closing its connections);

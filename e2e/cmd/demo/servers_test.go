@@ -12,20 +12,20 @@ func TestClaimServerRefusesASecondDemo(t *testing.T) {
 	ctx := testkit.Context(t)
 	server := testkit.DatabaseURL(t)
 	key := int64(demoLockKey + 1) // not the demo's own: a demo may be running on this machine
-	first, err := claimServer(ctx, server, key)
+	release, err := claimServer(ctx, server, key)
 	if err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
 	if second, err := claimServer(ctx, server, key); err == nil {
-		second.Close(ctx)
+		second()
 		t.Fatal("a second demo claimed the server the first one holds")
 	} else {
 		t.Logf("second claim: %v", err)
 	}
-	first.Close(ctx)
+	release()
 	again, err := claimServer(ctx, server, key)
 	if err != nil {
 		t.Fatalf("claim after the first demo ended: %v", err)
 	}
-	again.Close(ctx)
+	again()
 }
