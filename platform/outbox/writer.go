@@ -125,6 +125,45 @@ func (w *Writer) Insert(ctx context.Context, tx pgx.Tx, entries ...Entry) error 
 	if len(entries) == 0 {
 		return nil
 	}
+	args, err := insertArgs(entries)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, insertSQL, args...); err != nil {
+		return insertError(entries, err)
+	}
+	return nil
+}
+
+// Queue adds Insert's statement for entries to b, for a caller that sends it in one
+// round trip with its own statements (tx.SendBatch): the statement's result, read in
+// its turn from the batch's results, is nil or an error that InsertError explains.
+// No entries: it adds nothing and returns false.
+func (w *Writer) Queue(b *pgx.Batch, entries ...Entry) (bool, error) {
+	if len(entries) == 0 {
+		return false, nil
+	}
+	args, err := insertArgs(entries)
+	if err != nil {
+		return false, err
+	}
+	b.Queue(insertSQL, args...)
+	return true, nil
+}
+
+// InsertError wraps err, the failure of the outbox statement for entries, naming
+// the event when there is one.
+func InsertError(entries []Entry, err error) error { return insertError(entries, err) }
+
+func insertError(entries []Entry, err error) error {
+	if len(entries) == 1 {
+		return fmt.Errorf("outbox: insert %s event %s: %w", entries[0].Envelope.EventName, entries[0].Envelope.EventID, err)
+	}
+	return fmt.Errorf("outbox: insert %d events: %w", len(entries), err)
+}
+
+// insertArgs are insertSQL's arguments for entries: one array per column.
+func insertArgs(entries []Entry) ([]any, error) {
 	n := len(entries)
 	ids, names, bodies, keys, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	times, hashes := make([]time.Time, n), make([]int32, n)
@@ -134,19 +173,13 @@ func (w *Writer) Insert(ctx context.Context, tx pgx.Tx, entries ...Entry) error 
 		if e.traceContext != nil {
 			tc, err := json.Marshal(e.traceContext)
 			if err != nil {
-				return fmt.Errorf("outbox: encode trace context: %w", err)
+				return nil, fmt.Errorf("outbox: encode trace context: %w", err)
 			}
 			s := string(tc)
 			traces[i] = &s
 		}
 	}
-	if _, err := tx.Exec(ctx, insertSQL, ids, names, bodies, times, keys, hashes, traces); err != nil {
-		if n == 1 {
-			return fmt.Errorf("outbox: insert %s event %s: %w", names[0], ids[0], err)
-		}
-		return fmt.Errorf("outbox: insert %d events: %w", n, err)
-	}
-	return nil
+	return []any{ids, names, bodies, times, keys, hashes, traces}, nil
 }
 
 // Write records one event in tx: Prepare, then Insert. It returns the

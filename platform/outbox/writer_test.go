@@ -311,3 +311,41 @@ func TestInsertStoresEveryEntryOrNone(t *testing.T) {
 		t.Errorf("Insert of nothing: %v", err)
 	}
 }
+
+// TestQueueSendsInsertInACallersBatch: Queue adds Insert's statement to a batch the
+// caller sends with its own statements in one round trip; the rows are those Insert
+// writes, and no entries queue nothing.
+func TestQueueSendsInsertInACallersBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newWriterDB(t)
+	w := outbox.NewWriter(newValidator(t), contracts.ProducerOrder)
+	var ids []string
+	err := pg.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var entries []outbox.Entry
+		for range 2 {
+			e, err := w.Prepare(ctx, contracts.EventOrderPlaced, uuid.NewString(), "c", placedPayload())
+			if err != nil {
+				return err
+			}
+			entries = append(entries, e)
+			ids = append(ids, e.Envelope.EventID.String())
+		}
+		b := &pgx.Batch{}
+		b.Queue(`SELECT 1`)
+		if queued, err := w.Queue(b, entries...); err != nil || !queued {
+			t.Fatalf("Queue = %v, %v; want true, nil", queued, err)
+		}
+		if queued, err := w.Queue(b); err != nil || queued {
+			t.Errorf("Queue of no entries = %v, %v; want false, nil", queued, err)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id::text = ANY($1)`, ids).Scan(&n); err != nil || n != 2 {
+		t.Errorf("%d rows (%v), want the 2 queued", n, err)
+	}
+}

@@ -127,8 +127,9 @@ func UpdateInTx(w *outbox.Writer) func(ctx context.Context, tx pgx.Tx, id uuid.U
 // reject), builds and checks the envelope of each event the transition
 // recorded, saves the new status and version and inserts the outbox rows, all
 // in t's transaction, which the caller commits (Store.InTx for the API, the
-// inbox for stock's answers and for a request with an Idempotency-Key). Each
-// statement runs where it is written. A concurrent Update of the same order
+// inbox for stock's answers and for a request with an Idempotency-Key). The
+// save and the outbox INSERT go to PostgreSQL in one batch (one round trip),
+// and run in that order. A concurrent Update of the same order
 // waits at the lock until this transaction ends, then sees its result.
 //
 // It returns an error wrapping order.ErrNotFound when no order has id, fn's
@@ -157,17 +158,32 @@ func (t Tx) Update(ctx context.Context, id uuid.UUID, fn func(*order.Order) erro
 	if err != nil {
 		return fmt.Errorf("update order %s: %w", id, err)
 	}
-	// Save: the row is locked, so its version is still the one read.
-	tag, err := t.tx.Exec(ctx, `UPDATE orders SET status = $2, version = $3, updated_at = $4, rejection = $6 WHERE id = $1 AND version = $5`,
+	// Save and outbox, sent in one round trip (a batch) and run in this order: the
+	// UPDATE (the row is locked, so its version is still the one read), then one
+	// INSERT for the outbox rows (outbox.Writer.Queue, the statement of Insert).
+	batch := &pgx.Batch{}
+	batch.Queue(`UPDATE orders SET status = $2, version = $3, updated_at = $4, rejection = $6 WHERE id = $1 AND version = $5`,
 		pgUUID(id), string(o.Status()), o.Version(), o.UpdatedAt(), before, rejectionJSON(o.Rejection()))
+	queued, err := t.s.outbox.Queue(batch, entries...)
+	if err != nil {
+		return fmt.Errorf("update order %s: %w", id, err)
+	}
+	results := t.tx.SendBatch(ctx, batch)
+	tag, err := results.Exec()
 	if err == nil && tag.RowsAffected() != 1 {
 		err = fmt.Errorf("version %d changed under the row lock", before) // refuse rather than lose an update
 	}
 	if err != nil {
+		_ = results.Close()
 		return fmt.Errorf("update order %s: save: %w", id, err)
 	}
-	// Outbox: one INSERT for the rows, in this transaction.
-	if err := t.s.outbox.Insert(ctx, t.tx, entries...); err != nil {
+	if queued {
+		if _, err := results.Exec(); err != nil {
+			_ = results.Close()
+			return fmt.Errorf("update order %s: %w", id, outbox.InsertError(entries, err))
+		}
+	}
+	if err := results.Close(); err != nil {
 		return fmt.Errorf("update order %s: %w", id, err)
 	}
 	return nil // the caller commits: the order's change and its events, or neither
