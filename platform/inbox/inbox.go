@@ -378,8 +378,7 @@ func (i *Inbox) processOne(ctx context.Context, e *event, r *route) (duplicate b
 	c := i.consumer
 	timer := prometheus.NewTimer(c.metrics.duration)
 	err = pg.WithTx(ctx, i.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO processed_event (consumer, message_key, payload_sha256, processed_at)
-			VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`, c.name, e.key, e.sum)
+		tag, err := tx.Exec(ctx, insertKey, c.name, e.key, e.sum) // ... ON CONFLICT DO NOTHING
 		if err != nil {
 			return fmt.Errorf("record key: %w", err)
 		}
@@ -412,9 +411,7 @@ func (i *Inbox) processOne(ctx context.Context, e *event, r *route) (duplicate b
 // sees a row committed while the insert waited; no row means the key was
 // purged in between, an error the delivery's retry resolves.
 func (i *Inbox) sameContent(ctx context.Context, tx pgx.Tx, e *event) error {
-	var stored []byte
-	err := tx.QueryRow(ctx, `SELECT payload_sha256 FROM processed_event WHERE consumer = $1 AND message_key = $2`,
-		i.consumer.name, e.key).Scan(&stored)
+	stored, _, err := PostgresStore{}.ReadKey(ctx, tx, i.consumer.name, e.key)
 	if err != nil {
 		return fmt.Errorf("read key: %w", err)
 	}
