@@ -216,9 +216,7 @@ func (d *deps) subscribe(ctx context.Context, ib *inbox.Inbox, logger *slog.Logg
 // error for a database that refuses for good.
 func (d *deps) connectDatabase(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, error) {
 	if d.cfg.MigrateOnStart {
-		if err := pg.Retry(ctx, d.cfg.DatabaseURL, logger, func(ctx context.Context) error {
-			return migrate.Apply(ctx, d.cfg.DatabaseURL, d.svc.Schema, logger)
-		}); err != nil {
+		if err := migrate.OnStart(ctx, d.cfg.DatabaseURL, d.svc.Schema, logger); err != nil {
 			return nil, err
 		}
 	}

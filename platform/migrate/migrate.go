@@ -214,3 +214,13 @@ func Apply(ctx context.Context, databaseURL string, schema Schema, logger *slog.
 	logger.InfoContext(ctx, "database is up to date", slog.String("database", name), slog.Int("applied", len(applied)))
 	return nil
 }
+
+// OnStart is Apply for a serve started with MIGRATE_ON_START: retried while the
+// server of databaseURL does not answer (pg.Retry), so that a process started with
+// its database applies its schema once the database is up. It returns ctx's error
+// when ctx ends first, and Apply's error for one that no retry fixes.
+func OnStart(ctx context.Context, databaseURL string, schema Schema, logger *slog.Logger) error {
+	return pg.Retry(ctx, databaseURL, logger, func(ctx context.Context) error {
+		return Apply(ctx, databaseURL, schema, logger)
+	})
+}

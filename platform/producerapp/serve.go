@@ -103,9 +103,7 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 	}
 	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
 		if cfg.MigrateOnStart {
-			if err := pg.Retry(ctx, cfg.DatabaseURL, logger, func(ctx context.Context) error {
-				return migrate.Apply(ctx, cfg.DatabaseURL, s.Schema, logger)
-			}); err != nil {
+			if err := migrate.OnStart(ctx, cfg.DatabaseURL, s.Schema, logger); err != nil {
 				return nil, err
 			}
 		}
