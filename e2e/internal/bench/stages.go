@@ -52,126 +52,87 @@ func stageName(stage, p string) string { return "latency_stage_" + stage + "_" +
 // durations of the orders in ids (their placements answered after
 // answered[i]; reserved when w saw it, confirmed when wc did).
 func stageTimes(ctx context.Context, orderURL, stockURL string, ids []string, answered []time.Duration, w, wc *watcher) (map[string][]time.Duration, error) {
-	out := map[string][]time.Duration{"api": slices.Sorted(slices.Values(answered))}
 	oconn, err := pgx.Connect(ctx, orderURL)
 	if err != nil {
 		return nil, err
 	}
 	defer oconn.Close(context.WithoutCancel(ctx))
-	rows, err := oconn.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', occurred_at, published_at
-		FROM outbox WHERE event_name = $1 AND envelope->'payload'->>'order_id' = ANY($2)`, contracts.EventOrderPlaced, ids)
-	if err != nil {
-		return nil, err
-	}
-	type times struct {
-		order               string
-		occurred, published time.Time
-	}
-	byEvent := map[string]*times{}
-	var eventIDs []string
-	for rows.Next() {
-		var t times
-		var id string
-		var pub *time.Time
-		if err := rows.Scan(&id, &t.order, &t.occurred, &pub); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if pub == nil {
-			rows.Close()
-			return nil, fmt.Errorf("event %s of order %s has a reservation but is not marked published", id, t.order)
-		}
-		t.published = *pub
-		byEvent[id] = &t
-		eventIDs = append(eventIDs, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
 	sconn, err := pgx.Connect(ctx, stockURL)
 	if err != nil {
 		return nil, err
 	}
 	defer sconn.Close(context.WithoutCancel(ctx))
-	rows, err = sconn.Query(ctx, `SELECT message_key, processed_at FROM processed_event WHERE message_key = ANY($1)`, eventIDs)
-	if err != nil {
-		return nil, err
-	}
-	var key string
-	var processed time.Time
-	_, err = pgx.ForEachRow(rows, []any{&key, &processed}, func() error {
-		t := byEvent[key]
-		if t == nil {
-			return nil
+	out := map[string][]time.Duration{"api": slices.Sorted(slices.Values(answered))}
+	for _, leg := range []struct {
+		stages             [3]string // pickup, deliver, and the end the watcher sees
+		producer, consumer *pgx.Conn
+		events             []string
+		end                *watcher
+	}{
+		{[3]string{"pickup", "deliver", "consume"}, oconn, sconn, []string{contracts.EventOrderPlaced}, w},
+		{[3]string{"answer_pickup", "answer_deliver", "apply"}, sconn, oconn,
+			[]string{contracts.EventStockReservationConfirmed, contracts.EventStockReservationRejected}, wc},
+	} {
+		pickup, deliver, end, err := legTimes(ctx, leg.producer, leg.consumer, leg.events, ids, leg.end)
+		if err != nil {
+			return nil, err
 		}
-		out["pickup"] = append(out["pickup"], t.published.Sub(t.occurred))
-		out["deliver"] = append(out["deliver"], processed.Sub(t.published))
-		out["consume"] = append(out["consume"], w.at(t.order).Sub(processed))
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := answerStages(ctx, oconn, sconn, ids, wc, out); err != nil {
-		return nil, err
-	}
-	for _, k := range []string{"pickup", "deliver", "consume", "answer_pickup", "answer_deliver", "apply"} {
-		if len(out[k]) != len(ids) {
-			return nil, fmt.Errorf("stage %s: %d of %d orders found", k, len(out[k]), len(ids))
+		for i, d := range [][]time.Duration{pickup, deliver, end} {
+			if len(d) != len(ids) {
+				return nil, fmt.Errorf("stage %s: %d of %d orders found", leg.stages[i], len(d), len(ids))
+			}
+			out[leg.stages[i]] = slices.Sorted(slices.Values(d))
 		}
-		slices.Sort(out[k])
 	}
 	return out, nil
 }
 
-// answerStages adds to out the answer leg's per-order stages of the orders in
-// ids: stock's answers from its outbox (sconn), order's keys of them from its
-// processed_event (oconn).
-func answerStages(ctx context.Context, oconn, sconn *pgx.Conn, ids []string, wc *watcher, out map[string][]time.Duration) error {
-	rows, err := sconn.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', occurred_at, published_at FROM outbox
-		WHERE event_name = ANY($1) AND envelope->'payload'->>'order_id' = ANY($2)`,
-		[]string{contracts.EventStockReservationConfirmed, contracts.EventStockReservationRejected}, ids)
+// legTimes returns, for each order of ids, one leg's three stages: its event (one
+// of events, in producer's outbox) from occurred_at to published_at (pickup), from
+// published_at to processed_at of its key in consumer's processed_event (deliver),
+// and from then to the commit end saw. An event not yet marked published is an
+// error.
+func legTimes(ctx context.Context, producer, consumer *pgx.Conn, events, ids []string, end *watcher) (pickup, deliver, done []time.Duration, err error) {
+	rows, err := producer.Query(ctx, `SELECT id::text, envelope->'payload'->>'order_id', occurred_at, published_at FROM outbox
+		WHERE event_name = ANY($1) AND envelope->'payload'->>'order_id' = ANY($2)`, events, ids)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	type answer struct {
+	type times struct {
 		order               string
 		occurred, published time.Time
 	}
-	byEvent := map[string]answer{}
+	byEvent := map[string]times{}
 	var eventIDs []string
 	var id string
-	var a answer
+	var t times
 	var pub *time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&id, &a.order, &a.occurred, &pub}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &t.order, &t.occurred, &pub}, func() error {
 		if pub == nil {
-			return fmt.Errorf("stock's answer %s to order %s is not marked published", id, a.order)
+			return fmt.Errorf("event %s of order %s is not marked published", id, t.order)
 		}
-		a.published = *pub
-		byEvent[id] = a
+		t.published = *pub
+		byEvent[id] = t
 		eventIDs = append(eventIDs, id)
 		return nil
 	}); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	rows, err = oconn.Query(ctx, `SELECT message_key, processed_at FROM processed_event WHERE message_key = ANY($1)`, eventIDs)
+	rows, err = consumer.Query(ctx, `SELECT message_key, processed_at FROM processed_event WHERE message_key = ANY($1)`, eventIDs)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	var key string
 	var processed time.Time
 	_, err = pgx.ForEachRow(rows, []any{&key, &processed}, func() error {
-		a, ok := byEvent[key]
-		if !ok {
-			return nil
+		if t, ok := byEvent[key]; ok {
+			pickup = append(pickup, t.published.Sub(t.occurred))
+			deliver = append(deliver, processed.Sub(t.published))
+			done = append(done, end.at(t.order).Sub(processed))
 		}
-		out["answer_pickup"] = append(out["answer_pickup"], a.published.Sub(a.occurred))
-		out["answer_deliver"] = append(out["answer_deliver"], processed.Sub(a.published))
-		out["apply"] = append(out["apply"], wc.at(a.order).Sub(processed))
 		return nil
 	})
-	return err
+	return pickup, deliver, done, err
 }
 
 // histogramQuantiles reads the histogram name from a Prometheus text
