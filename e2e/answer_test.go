@@ -17,7 +17,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestStockNeverOversold is the race of docs/architecture.md rule 6 on real

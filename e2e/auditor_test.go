@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // auditorEnv makes the auditor quick: a cycle every 200 ms, events settled after 2 s.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestCancelRightAfterPlace cancels orders the moment they are placed, so

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"example.com/shop/e2e/internal/chaos"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestFaultChaosCluster is the short, seeded run of the cluster topology of

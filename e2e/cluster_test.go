@@ -14,7 +14,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestFaultBrokerCluster runs the shop on a private three-node RabbitMQ cluster,

@@ -13,7 +13,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestDeadLetterReplayedFromItsRecord: stock's handler fails for one order (a

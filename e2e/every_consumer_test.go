@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestAuditorSeesEveryConsumerReceiveEveryEvent: an order placed and then

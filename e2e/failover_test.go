@@ -12,7 +12,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestFaultDatabaseFailover runs the order database on a private primary with a

@@ -16,7 +16,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // faultSettle bounds the wait for the system to recover after a fault: every

@@ -21,7 +21,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/fault"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestFaultBroker raises faults in the rig's own vhost of the shared broker,

@@ -10,7 +10,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestForgedAnswerIsDeadLettered: while stock is stopped, an order waits placed;

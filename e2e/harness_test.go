@@ -16,7 +16,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // binDirEnv names the directory holding the binaries under test. TestMain

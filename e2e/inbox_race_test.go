@@ -8,7 +8,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestEightConsumersRaceOverTripledMessages is the inbox's race with real

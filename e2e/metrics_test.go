@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestDashboardAndAlertsUseExportedMetrics runs the shop under its least-privilege

@@ -22,7 +22,7 @@ import (
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // relayRig is an order database, a vhost and any number of real

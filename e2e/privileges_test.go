@@ -18,8 +18,8 @@ import (
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // Files of the deployment the suite runs under: every process connects as its own

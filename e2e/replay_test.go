@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestReplayOutboxIsAbsorbedByTheConsumers places 200 orders, waits until both

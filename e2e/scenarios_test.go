@@ -16,7 +16,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestPlaceReservesAndShips follows one order of untracked products: once

@@ -11,7 +11,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestStockSaysNo runs the answer leg on real processes: a product tracked with

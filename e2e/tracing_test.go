@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestOneTraceFromTheAPICallToEveryConsumer runs the real binaries with

@@ -22,7 +22,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/check"
 	"example.com/shop/e2e/internal/system"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // settle bounds every wait for the system to catch up. The images start on a

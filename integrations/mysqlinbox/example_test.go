@@ -15,8 +15,8 @@ import (
 
 	"example.com/shop/integrations/mysqlinbox"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/inbox/msgkey"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // exampleDB is the examples' database on the test server (TEST_MYSQL_DSN or the

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"example.com/shop/integrations/mysqlinbox"
-	"example.com/shop/platform/inbox/inboxtest"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // newDatabase returns a migrated database of its own on the MySQL/MariaDB test

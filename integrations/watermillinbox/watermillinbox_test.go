@@ -19,7 +19,7 @@ import (
 
 	"example.com/shop/integrations/watermillinbox"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestRedeliveryOverRabbitMQ runs the middleware on watermill-amqp against the

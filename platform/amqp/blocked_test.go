@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // nodeTopology is a topology named after prefix for a private node, which

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // stallProxy forwards TCP connections to a broker. Once stalled, nothing a

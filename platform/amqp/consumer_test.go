@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // recorder is a handler that records what it saw and answers with fn.

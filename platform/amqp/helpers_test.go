@@ -9,7 +9,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // amqpURL is the broker for tests (TEST_AMQP_URL or the local default).

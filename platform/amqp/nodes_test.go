@@ -17,7 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/config"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // onHost returns rawURL with its host:port replaced by hostPort.

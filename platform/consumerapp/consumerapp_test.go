@@ -17,7 +17,7 @@ import (
 	"example.com/shop/platform/consumerapp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -24,7 +24,7 @@ import (
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 const testKey = "test.thing.happened.v1"

@@ -16,7 +16,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // helperEnv names the variable that turns the test binary into `dlq` run with the

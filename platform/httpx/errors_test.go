@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 var errGone = errors.New("gone")

@@ -15,7 +15,7 @@ import (
 
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/metrics"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func newTestRouter(t *testing.T, checks ...httpx.Check) (*chi.Mux, *prometheus.Registry, *testkit.Logs) {

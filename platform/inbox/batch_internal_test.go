@@ -16,7 +16,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // testRoles are the roles the inbox's grants name in this package's tests.

@@ -17,7 +17,7 @@ import (
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // newDeliveryDB returns a database with the inbox's migrations and a

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/inbox/msgkey"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // db is the database of the examples, on the test server (TEST_DATABASE_URL or the

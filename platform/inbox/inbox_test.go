@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/migrate"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // testSchema is the inbox's own migrations, with the roles of this package's tests.

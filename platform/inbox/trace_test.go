@@ -15,7 +15,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestProcessSpans processes events concurrently, each under a span of its

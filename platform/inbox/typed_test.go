@@ -15,7 +15,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // relayBody is an order.order.placed.v1 event as the relay sends it: the outbox's

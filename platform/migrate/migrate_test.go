@@ -8,7 +8,7 @@ import (
 
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // dir is the schema of one set, testdata/name, with goose's default version table.

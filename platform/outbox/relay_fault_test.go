@@ -19,7 +19,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // One of two bound queues refuses publishes (max-length 1, reject-publish):

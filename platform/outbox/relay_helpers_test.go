@@ -19,7 +19,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // testSchema is the outbox's own migrations, with the roles of this package's tests.

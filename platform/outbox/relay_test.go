@@ -19,7 +19,7 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func TestRelayPublishesConcurrentWritesExactlyOnceInOrder(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // newWriterDB returns a pool on a fresh database migrated with the outbox's

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func newTable(t *testing.T) *pgxpool.Pool {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func TestUnavailableClassifiesOutagesOnARealDatabase(t *testing.T) {

@@ -24,8 +24,8 @@ import (
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
 	"example.com/shop/platform/producerapp"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/servetest"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/servetest"
 )
 
 // stock is a second producer, mounted as a service's cmd would mount it.

@@ -16,7 +16,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // The deployment's roles and broker users, relative to the repository root

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestClaimServerRefusesASecondDemo: while one demo holds the server, a second

@@ -44,12 +44,12 @@ func workGoVersion(root string) (string, error) {
 	return wf.Go.Version, nil
 }
 
-// goSum is the union of the go.sum files of contracts and platform, the modules a service
-// requires: every checksum the new module's dependencies need, before `go mod tidy` drops
+// goSum is the union of the go.sum files of contracts, platform and testkit, the modules a
+// service requires: every checksum the new module's dependencies need, before `go mod tidy` drops
 // those it does not.
 func goSum(root string) ([]byte, error) {
 	var lines []string
-	for _, m := range []string{"contracts", "platform"} {
+	for _, m := range []string{"contracts", "platform", "testkit"} {
 		f, err := os.Open(filepath.Join(root, m, "go.sum"))
 		if err != nil {
 			return nil, err

@@ -20,7 +20,7 @@ import (
 	"example.com/shop/e2e/internal/system"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // measureConsumer measures, for DefaultWorkers and then TunedWorkers: the

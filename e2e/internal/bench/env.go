@@ -19,7 +19,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // env is what one run owns on the servers: template databases migrated by

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestCPUProbeAttributesSessionsAndProcesses checks the CPU accounting of the

@@ -19,7 +19,7 @@ import (
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // relayPartitions and relayProcesses span the relay matrix: every

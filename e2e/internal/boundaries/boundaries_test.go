@@ -22,7 +22,7 @@ const (
 )
 
 // owner names the part of the layout a package belongs to: "contracts",
-// "platform", "services/<name>", "e2e". An external test package
+// "platform", "services/<name>", "integrations", "testkit", "e2e". An external test package
 // ("<path>_test") and a test main ("<path>.test") belong to the part of
 // <path>.
 func owner(pkg string) string {
@@ -93,6 +93,8 @@ func TestImportBoundaries(t *testing.T) {
 				t.Errorf("%s imports %s: platform must not import a service", pkg, imp)
 			case from == "platform" && to == "integrations":
 				t.Errorf("%s imports %s: the core (platform) imports no option (integrations/, docs/adr/0011)", pkg, imp)
+			case to == "testkit" && product && from != "testkit" && from != "e2e" && !strings.HasSuffix(pkg, "test"):
+				t.Errorf("%s imports %s: only tests and test support (a package named *test) import the test kit (docs/adr/0011)", pkg, imp)
 			case strings.HasPrefix(from, "services/") && strings.HasPrefix(to, "services/") && from != to:
 				t.Errorf("%s imports %s: services must not import each other", pkg, imp)
 			case to == "e2e" && from != "e2e":

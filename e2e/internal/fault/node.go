@@ -17,7 +17,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // rabbitBin is where the Debian and RPM packages keep the RabbitMQ scripts

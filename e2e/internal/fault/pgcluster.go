@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // PGCluster is a private PostgreSQL primary with one streaming standby, each

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // Config says where the binaries are and which servers the system uses.

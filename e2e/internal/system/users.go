@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // BrokerUsers reads a RabbitMQ definitions file (deploy/rabbitmq/definitions.json)

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"example.com/shop/platform/migrate/migratetest"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit/migratetest"
 )
 
 // TestUpgrade migrates a database as the release before the platform shipped its

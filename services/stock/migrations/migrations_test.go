@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"example.com/shop/platform/inbox/inboxtest"
-	"example.com/shop/platform/migrate/migratetest"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit/inboxtest"
+	"example.com/shop/testkit/migratetest"
 )
 
 // TestInbox runs the inbox acceptance suite on stock's schema (docs/architecture.md,

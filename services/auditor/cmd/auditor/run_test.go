@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/auditor/internal/store/storetest"
+	"example.com/shop/testkit"
 )
 
 func env(vars map[string]string) func(string) string {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"example.com/shop/platform/testkit/openapitest"
 	apidoc "example.com/shop/services/auditor/api"
 	"example.com/shop/services/auditor/internal/api"
+	"example.com/shop/testkit/openapitest"
 	"github.com/go-chi/chi/v5"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/auditor/internal/api"
 	"example.com/shop/services/auditor/internal/auditor"
+	"example.com/shop/testkit"
 )
 
 // ledgerRecorded is the event of a producer that answers nothing: the order's

@@ -15,12 +15,12 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
-	"example.com/shop/platform/testkit/openapitest"
 	apidoc "example.com/shop/services/auditor/api"
 	"example.com/shop/services/auditor/internal/api"
 	"example.com/shop/services/auditor/internal/auditor"
 	"example.com/shop/services/auditor/internal/probe"
 	"example.com/shop/services/auditor/internal/store/storetest"
+	"example.com/shop/testkit/openapitest"
 )
 
 // TestResponsesMatchOpenAPI: every answer of the real auditor on real databases (an

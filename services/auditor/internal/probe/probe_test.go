@@ -8,8 +8,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/auditor/internal/probe"
+	"example.com/shop/testkit"
 )
 
 func TestCountersSumEveryLabelSetAndNameWhatFailed(t *testing.T) {

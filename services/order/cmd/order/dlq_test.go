@@ -14,8 +14,8 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/dlq"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // TestDLQReplayDryRunSaysStale: `order dlq replay --dry-run`, run as

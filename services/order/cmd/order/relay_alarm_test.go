@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // A relay that gets SIGTERM while the broker blocks its connection (a

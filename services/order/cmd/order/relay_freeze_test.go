@@ -21,8 +21,8 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // childRelayEnv makes the test binary run `order relay` instead of the

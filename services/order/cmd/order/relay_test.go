@@ -16,8 +16,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // relayLogs collects the JSON logs of `order relay` and reports the address

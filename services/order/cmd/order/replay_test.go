@@ -12,8 +12,8 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/cli"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // TestReplayOutboxCommand runs replay-outbox as order_maintenance on a migrated

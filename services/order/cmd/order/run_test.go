@@ -20,9 +20,9 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/config"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/servetest"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/servetest"
 )
 
 func env(vars map[string]string) func(string) string {

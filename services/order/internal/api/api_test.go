@@ -21,10 +21,10 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/api"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 type orderJSON struct {

@@ -16,10 +16,10 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/api"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // BenchmarkCreateAndPlace measures the order API's own work per order: POST /orders

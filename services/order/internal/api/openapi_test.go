@@ -15,12 +15,12 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/openapitest"
 	"example.com/shop/services/order/internal/api"
 	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/openapitest"
 )
 
 const openAPIPath = "../../api/openapi.yaml"

@@ -15,11 +15,11 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/events"
 	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // saga is an order database with the order store and the inbox of stock's answers.

@@ -15,10 +15,10 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 // BenchmarkPlace measures place (lock, transition, save, outbox row, commit) with

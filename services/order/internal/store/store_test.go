@@ -18,10 +18,10 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/order/internal/order"
 	"example.com/shop/services/order/internal/store"
 	"example.com/shop/services/order/migrations"
+	"example.com/shop/testkit"
 )
 
 func validator(t testing.TB) *contracts.Validator {

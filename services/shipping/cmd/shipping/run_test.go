@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 
 	"example.com/shop/platform/config"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/servetest"
 	"example.com/shop/services/shipping/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/servetest"
 )
 
 func env(kv map[string]string) func(string) string {

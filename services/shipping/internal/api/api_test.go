@@ -15,12 +15,12 @@ import (
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/metrics"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/openapitest"
 	"example.com/shop/services/shipping/internal/api"
 	"example.com/shop/services/shipping/internal/shipping"
 	"example.com/shop/services/shipping/internal/store"
 	"example.com/shop/services/shipping/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/openapitest"
 )
 
 const openAPIPath = "../../api/openapi.yaml"

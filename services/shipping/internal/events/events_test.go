@@ -17,11 +17,11 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/shipping/internal/events"
 	"example.com/shop/services/shipping/internal/shipping"
 	"example.com/shop/services/shipping/internal/store"
 	"example.com/shop/services/shipping/migrations"
+	"example.com/shop/testkit"
 )
 
 // waitFor bounds every wait on the broker; it is a safety net, not a speed goal.

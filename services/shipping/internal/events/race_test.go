@@ -10,12 +10,12 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/inbox/inboxtest"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/shipping/internal/events"
 	"example.com/shop/services/shipping/internal/shipping"
 	"example.com/shop/services/shipping/internal/store"
 	"example.com/shop/services/shipping/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // TestConcurrentChangesKeepTheShipmentInStep processes versions 1..n of one order in

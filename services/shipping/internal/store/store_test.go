@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/shipping/internal/shipping"
 	"example.com/shop/services/shipping/internal/store"
 	"example.com/shop/services/shipping/migrations"
+	"example.com/shop/testkit"
 )
 
 func applyStatus(t *testing.T, pool *pgxpool.Pool, c shipping.StatusChange) bool {

@@ -11,8 +11,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/contracts"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/servetest"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/servetest"
 )
 
 // TestDatabaseOutagePausesTheConsumer stops stock's database from accepting

@@ -15,12 +15,12 @@ import (
 
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/openapitest"
 	"example.com/shop/services/stock/internal/api"
 	"example.com/shop/services/stock/internal/stock"
 	"example.com/shop/services/stock/internal/store"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/openapitest"
 )
 
 const openAPIPath = "../../api/openapi.yaml"

@@ -11,10 +11,10 @@ import (
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/internal/store"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
 )
 
 // answers returns the envelopes of stock's outbox for order orderID, oldest first.

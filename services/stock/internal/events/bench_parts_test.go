@@ -18,9 +18,9 @@ import (
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/outbox"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
 )
 
 // BenchmarkInboxOnly is the database half of BenchmarkConsumer: Process called by

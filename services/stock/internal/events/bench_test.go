@@ -14,8 +14,8 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
 )
 
 // BenchmarkConsumer measures one stock consumer (real broker, inbox dedup, two

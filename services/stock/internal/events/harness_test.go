@@ -18,9 +18,9 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/logging"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
 )
 
 // The defaults of bin/stock serve (cmd/stock/spec.go), used unless a test says otherwise.

@@ -9,12 +9,12 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/inbox/inboxtest"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/events"
 	"example.com/shop/services/stock/internal/store"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/inboxtest"
 )
 
 // A cancel processed at the same moment as its order's place must not leave stock

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/stock/internal/stock"
 	"example.com/shop/services/stock/internal/store"
 	"example.com/shop/services/stock/migrations"
+	"example.com/shop/testkit"
 )
 
 func setOnHand(t *testing.T, s *store.Store, product uuid.UUID, onHand string) stock.Level {

@@ -19,8 +19,8 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/outbox"
-	"example.com/shop/platform/testkit"
 	"example.com/shop/services/auditor/internal/store"
+	"example.com/shop/testkit"
 )
 
 // sqlFiles shows only the .sql files of a folder.

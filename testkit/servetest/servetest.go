@@ -19,7 +19,7 @@ import (
 
 	"example.com/shop/contracts"
 	"example.com/shop/platform/amqp"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // Run is a binary's whole program, as its main calls it: args are os.Args (the

@@ -15,7 +15,7 @@ import (
 
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/inbox/msgkey"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // EffectTable is the table the store suite's handlers write to, one row per

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func TestLoggerCollectsConcurrentLines(t *testing.T) {

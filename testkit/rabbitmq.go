@@ -4,29 +4,32 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
+// findRabbitMQ dials TEST_AMQP_URL (default the local broker) and picks how
+// to administer it: the management API at TEST_RABBITMQ_ADMIN_URL when set
+// (cmd/testservers prints it for its container), else rabbitadmin.Detect.
 func findRabbitMQ() (amqpURL string, admin *rabbitadmin.Admin, err error) {
 	amqpURL = getenvOr("TEST_AMQP_URL", defaultAMQPURL)
-	conn, dialErr := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if dialErr == nil {
-		_ = conn.Close()
-		admin, err = rabbitadmin.Detect(context.Background(), amqpURL)
+	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return "", nil, fmt.Errorf("%s does not answer (%v); %s", hostOf(amqpURL), err, startServers)
+	}
+	_ = conn.Close()
+	if m := os.Getenv("TEST_RABBITMQ_ADMIN_URL"); m != "" {
+		admin, err = rabbitadmin.New(amqpURL, m)
 		return amqpURL, admin, err
 	}
-	cAMQP, cAdmin, cErr := startRabbitMQContainer()
-	if cErr != nil {
-		return "", nil, fmt.Errorf("%s does not answer (%v) and no container could be started (%v)", hostOf(amqpURL), dialErr, cErr)
-	}
-	admin, err = rabbitadmin.New(cAMQP, cAdmin)
-	return cAMQP, admin, err
+	admin, err = rabbitadmin.Detect(context.Background(), amqpURL)
+	return amqpURL, admin, err
 }
 
 // NewVhost creates a fresh virtual host on the test broker, grants the

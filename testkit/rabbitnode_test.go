@@ -6,7 +6,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // TestRabbitNodeStopsAndStartsWithItsQueues: a private node accepts AMQP on its own

@@ -11,8 +11,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"example.com/shop/platform/testkit"
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 func uniqueVhost(t *testing.T) string {

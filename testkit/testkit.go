@@ -1,8 +1,9 @@
 // Package testkit gives integration tests their own PostgreSQL database and
 // RabbitMQ namespace on real servers: the ones named by TEST_DATABASE_URL and
-// TEST_AMQP_URL, the local defaults, or containers started through
-// testcontainers-go when neither answers and Docker is available. Logger gives a
-// test a logger whose output it can read.
+// TEST_AMQP_URL, else the local defaults. Without local servers, `go run
+// example.com/shop/testkit/cmd/testservers` starts both in containers
+// (testcontainers-go) and prints the variables that point the tests at them.
+// Logger gives a test a logger whose output it can read.
 //
 // A test never skips: when no server can be had it fails with a message that
 // says what was tried. The servers found are cached for the life of the test
@@ -21,13 +22,15 @@ import (
 	"testing"
 	"time"
 
-	"example.com/shop/platform/testkit/rabbitadmin"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // Local defaults, the services DEVELOPERS and CI machines run.
 const (
 	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	defaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	// startServers is the advice of the failure when a server does not answer.
+	startServers = "start it, set TEST_DATABASE_URL and TEST_AMQP_URL, or run `go run example.com/shop/testkit/cmd/testservers` for containers"
 )
 
 // servers holds what was found once per test binary.

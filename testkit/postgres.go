@@ -20,20 +20,17 @@ import (
 	"example.com/shop/platform/pg"
 )
 
+// findPostgres connects to TEST_DATABASE_URL (default the local server) once.
 func findPostgres() (string, error) {
 	url := getenvOr("TEST_DATABASE_URL", defaultDatabaseURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
-	if err == nil {
-		conn.Close(ctx)
-		return url, nil
+	if err != nil {
+		return "", fmt.Errorf("%s does not answer (%v); %s", config.MaskURL(url), err, startServers)
 	}
-	cURL, cErr := startPostgresContainer()
-	if cErr != nil {
-		return "", fmt.Errorf("%s does not answer (%v) and no container could be started (%v)", config.MaskURL(url), err, cErr)
-	}
-	return cURL, nil
+	conn.Close(ctx)
+	return url, nil
 }
 
 // NewDatabase creates a fresh, uniquely named database on the test server,

@@ -8,12 +8,12 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 func TestNewDatabaseIsFreshAndMigrated(t *testing.T) {
 	t.Parallel()
-	fsys := migrate.Schema{{Name: "widget", FS: os.DirFS("../migrate/testdata/v1")}}
+	fsys := migrate.Schema{{Name: "widget", FS: os.DirFS("../platform/migrate/testdata/v1")}}
 	a, urlA := testkit.NewDatabase(t, fsys)
 	b, urlB := testkit.NewDatabase(t, fsys)
 	if urlA == urlB {

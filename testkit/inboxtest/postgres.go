@@ -13,7 +13,7 @@ import (
 	"example.com/shop/platform/inbox"
 	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // pgDB is what the PostgreSQL Store's statements need of an inbox.DB: a pool.

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"example.com/shop/platform/migrate"
-	"example.com/shop/platform/testkit"
+	"example.com/shop/testkit"
 )
 
 // Upgrade migrates a database with legacy (the migrations an older release shipped,
