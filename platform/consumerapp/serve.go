@@ -47,7 +47,7 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 
 // serve runs the HTTP API and the consumer in front of it (serveapp.Run) until
 // ctx ends or one of them fails, then stops both: once the database answers, the
-// consumer is set up (Consumer.start), then the routes serve. /readyz answers 503
+// consumer is set up (deps.Start), then the routes serve. /readyz answers 503
 // until the routes serve, then checks "postgres" (ping), "rabbitmq" and
 // "rabbitmq_retry" (connected and not blocked) and "consumer" (subscribed, not
 // paused). While the database or the retry path is unavailable the consumer
