@@ -31,16 +31,18 @@ func (s Service) contract() contracts.Consumer {
 }
 
 // Commands are the consumer's four commands, in the order its help lists
-// them: serve (with the service's handlers and routes), migrate, purge-inbox
-// and dlq. getenv reads the environment, stdout takes a command's output and
-// stderr its JSON log lines.
+// them: serve (with the service's handlers and routes) and Tools. getenv reads
+// the environment, stdout takes a command's output and stderr its JSON log
+// lines.
 func (s Service) Commands(getenv func(string) string, stdout, stderr io.Writer, handlers Handlers, routes httpx.Routes) []cli.Command {
-	return []cli.Command{
-		s.ServeCommand(getenv, stderr, handlers, routes),
-		s.MigrateCommand(getenv, stderr),
-		s.PurgeInboxCommand(getenv, stdout),
-		s.DLQCommand(getenv, stdout, stderr),
-	}
+	return append([]cli.Command{s.ServeCommand(getenv, stderr, handlers, routes)}, s.Tools(getenv, stdout, stderr)...)
+}
+
+// Tools are the consumer's one-shot commands, in the order its help lists
+// them: migrate, purge-inbox and dlq; a service that mounts producerapp's serve
+// mounts them beside it.
+func (s Service) Tools(getenv func(string) string, stdout, stderr io.Writer) []cli.Command {
+	return []cli.Command{s.MigrateCommand(getenv, stderr), s.PurgeInboxCommand(getenv, stdout), s.DLQCommand(getenv, stdout, stderr)}
 }
 
 // MigrateCommand is `<name> migrate` (migrate.Command): it creates the service's

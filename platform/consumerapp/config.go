@@ -1,7 +1,9 @@
-// Package consumerapp assembles the binary of a service that consumes the order
-// events through an inbox: its configuration, the readiness and connections of
-// `serve`, and the one-shot commands `migrate`, `purge-inbox` and `dlq`. A
-// service names itself with a Service value; the package names no service.
+// Package consumerapp assembles the binary of a service that consumes events
+// through an inbox: its consumer role (Service.Consumer), the configuration and
+// `serve` of a service whose API waits for the broker, and the one-shot commands
+// `migrate`, `purge-inbox` and `dlq`. A service whose API writes to an outbox
+// mounts producerapp's serve with the consumer role behind it instead. A service
+// names itself with a Service value; the package names no service.
 package consumerapp
 
 import (
@@ -28,7 +30,9 @@ type Service struct {
 	// <EnvPrefix>DATABASE_URL, WORKERS, PREFETCH, INBOX_GROUP, INBOX_TX,
 	// MAX_ATTEMPTS, RETRY_DELAYS; e.g. "STOCK_".
 	EnvPrefix string
-	// DatabaseURL and HTTPAddr are the defaults of <EnvPrefix>DATABASE_URL and HTTP_ADDR.
+	// DatabaseURL and HTTPAddr are the defaults of <EnvPrefix>DATABASE_URL and HTTP_ADDR;
+	// HTTPAddr only for a service that mounts ServeCommand (a service whose API
+	// writes to an outbox mounts producerapp's serve, with Service.Consumer).
 	DatabaseURL, HTTPAddr string
 	// Workers and InboxGroup are the defaults of <EnvPrefix>WORKERS and
 	// <EnvPrefix>INBOX_GROUP (1 = group commit off).
@@ -36,14 +40,6 @@ type Service struct {
 	// Schema is the service's database schema, the platform's sets it uses, then its
 	// own: `migrate` applies it, and so does serve first when MIGRATE_ON_START is true.
 	Schema migrate.Schema
-	// ServesWithoutBroker says the service's HTTP API needs only its database (order's
-	// accepts orders into its outbox while the broker is away, rule 1): serve answers
-	// its routes once the consumer is set up, or 5 s after the database is connected
-	// when the broker is away, /readyz checks the database alone, and the consumer
-	// connects and consumes behind it; a broker outage then shows in
-	// the amqp_* metrics and the logs, not in readiness. False: the routes wait for
-	// the broker too, and /readyz checks it.
-	ServesWithoutBroker bool
 	// Stale, when set, is the service's own word on whether a dead-lettered event
 	// has been overtaken by its state (its order_status version): `dlq replay`
 	// reports such an event as "stale: will change nothing".
@@ -66,10 +62,24 @@ const (
 //
 //	<P>DATABASE_URL        PostgreSQL URL (default Service.DatabaseURL); without
 //	                        pool_max_conns, the pool gets PoolSize connections
-//	AMQP_URL                RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	HTTP_ADDR               HTTP listen address (default Service.HTTPAddr)
 //	LOG_LEVEL               debug, info, warn or error (default info)
 //	MIGRATE_ON_START        apply Service.Schema before serving (default false)
+//
+// then the consumer's variables, ConsumeConfig's.
+type ServeConfig struct {
+	DatabaseURL    string
+	HTTPAddr       string
+	LogLevel       slog.Level
+	MigrateOnStart bool
+	ConsumeConfig
+}
+
+// ConsumeConfig is the configuration of the consumer, in the serve that mounts it
+// (ServeCommand, or producerapp's with Service.Consumer), read from the
+// environment by Consumer.LoadConfig:
+//
+//	AMQP_URL                RabbitMQ URL (default amqp://guest:guest@localhost:5672/)
 //	<P>WORKERS             deliveries handled at once (default Service.Workers)
 //	<P>INBOX_GROUP         most events committed in one transaction (inbox.WithGroupCommit;
 //	                        default Service.InboxGroup, 1 = off)
@@ -92,12 +102,8 @@ const (
 //
 // <P> is Service.EnvPrefix, e.g. "STOCK_". Counts are positive whole numbers, durations positive
 // Go durations ("90s").
-type ServeConfig struct {
-	DatabaseURL       string
+type ConsumeConfig struct {
 	AMQPURL           string
-	HTTPAddr          string
-	LogLevel          slog.Level
-	MigrateOnStart    bool
 	Workers           int
 	Prefetch          int
 	InboxGroup        int
@@ -113,12 +119,19 @@ type ServeConfig struct {
 // LoadServeConfig reads ServeConfig through env, in the order listed on
 // ServeConfig; env.Err names every bad variable.
 func (s Service) LoadServeConfig(env *config.Env) ServeConfig {
-	c := ServeConfig{
-		DatabaseURL:       pg.URLFromEnv(env, s.EnvPrefix+"DATABASE_URL", s.DatabaseURL),
+	return ServeConfig{
+		DatabaseURL:    pg.URLFromEnv(env, s.EnvPrefix+"DATABASE_URL", s.DatabaseURL),
+		HTTPAddr:       env.String("HTTP_ADDR", s.HTTPAddr),
+		LogLevel:       logging.LevelFromEnv(env),
+		MigrateOnStart: env.Bool("MIGRATE_ON_START", false),
+		ConsumeConfig:  s.loadConsumeConfig(env),
+	}
+}
+
+// loadConsumeConfig reads ConsumeConfig through env, in the order listed on it.
+func (s Service) loadConsumeConfig(env *config.Env) ConsumeConfig {
+	c := ConsumeConfig{
 		AMQPURL:           amqp.URLFromEnv(env, "AMQP_URL", config.DefaultAMQPURL),
-		HTTPAddr:          env.String("HTTP_ADDR", s.HTTPAddr),
-		LogLevel:          logging.LevelFromEnv(env),
-		MigrateOnStart:    env.Bool("MIGRATE_ON_START", false),
 		Workers:           env.PositiveInt(s.EnvPrefix+"WORKERS", s.Workers),
 		InboxGroup:        env.PositiveInt(s.EnvPrefix+"INBOX_GROUP", s.InboxGroup),
 		InboxTx:           env.PositiveInt(s.EnvPrefix+"INBOX_TX", defaultInboxTx),
@@ -133,9 +146,9 @@ func (s Service) LoadServeConfig(env *config.Env) ServeConfig {
 	return c
 }
 
-// PoolSize is the number of database connections serve needs: one per inbox
-// transaction that can run at once, and 4 for HTTP and readiness checks.
-func (c ServeConfig) PoolSize() int {
+// PoolSize is the number of database connections the consumer's serve needs: one
+// per inbox transaction that can run at once, and 4 for HTTP and readiness checks.
+func (c ConsumeConfig) PoolSize() int {
 	if c.InboxGroup > 1 {
 		return min(c.InboxTx, c.Workers) + 4
 	}
@@ -144,12 +157,18 @@ func (c ServeConfig) PoolSize() int {
 
 // LogValue logs the configuration with the passwords masked.
 func (c ServeConfig) LogValue() slog.Value {
-	return slog.GroupValue(
+	return slog.GroupValue(append([]slog.Attr{
 		slog.String("database_url", config.MaskURL(c.DatabaseURL)),
-		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Bool("migrate_on_start", c.MigrateOnStart),
+	}, c.ConsumeConfig.LogValue().Group()...)...)
+}
+
+// LogValue logs the configuration with the password masked.
+func (c ConsumeConfig) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("amqp_url", config.MaskURL(c.AMQPURL)),
 		slog.Int("workers", c.Workers), slog.Int("prefetch", c.Prefetch),
 		slog.Int("inbox_group", c.InboxGroup), slog.Int("inbox_tx", c.InboxTx),
 		slog.Int("max_attempts", c.MaxAttempts), slog.Any("retry_delays", c.RetryDelays),
@@ -162,7 +181,8 @@ func (c ServeConfig) LogValue() slog.Value {
 
 // ToolConfig is the configuration of the one-shot commands migrate, purge-inbox
 // and dlq: <P>DATABASE_URL, LOG_LEVEL, INBOX_MIN_RETENTION (purge-inbox and dlq),
-// AMQP_URL and RELAY_USERS (dlq only), with the defaults of ServeConfig.
+// AMQP_URL and RELAY_USERS (dlq only), with the defaults of ServeConfig and
+// ConsumeConfig.
 type ToolConfig struct {
 	DatabaseURL  string
 	AMQPURL      string

@@ -42,7 +42,7 @@ func TestServeConfigNamesTheService(t *testing.T) {
 	for _, v := range env.Vars() {
 		names = append(names, v.Key)
 	}
-	want := []string{"BILLING_DATABASE_URL", "AMQP_URL", "HTTP_ADDR", "LOG_LEVEL", "MIGRATE_ON_START", "BILLING_WORKERS",
+	want := []string{"BILLING_DATABASE_URL", "HTTP_ADDR", "LOG_LEVEL", "MIGRATE_ON_START", "AMQP_URL", "BILLING_WORKERS",
 		"BILLING_INBOX_GROUP", "BILLING_INBOX_TX", "BILLING_MAX_ATTEMPTS", "BILLING_RETRY_DELAYS",
 		"INBOX_MIN_RETENTION", "AMQP_REDECLARE_INTERVAL", "AMQP_HEARTBEAT", "BILLING_PREFETCH", "RELAY_USERS"}
 	if !slices.Equal(names, want) {

@@ -20,20 +20,20 @@ import (
 	"example.com/shop/platform/dlq"
 	"example.com/shop/platform/httpx"
 	"example.com/shop/platform/inbox"
-	"example.com/shop/platform/metrics"
-	"example.com/shop/platform/migrate"
 	"example.com/shop/platform/pg"
-	"example.com/shop/platform/telemetry"
+	"example.com/shop/platform/serveapp"
 )
 
 // Handlers registers a service's event handlers on its inbox (inbox.On,
 // inbox.OnGroup); logger is serve's.
 type Handlers func(ib *inbox.Inbox, logger *slog.Logger)
 
-// ServeCommand is `<name> serve`: the HTTP API and the consumer of the service's
-// queue (contracts.ConsumerNamed), with the service's own event handlers and
-// routes. It reads ServeConfig through getenv and logs JSON to stderr; serve states
-// the life cycle.
+// ServeCommand is `<name> serve` for a service whose API waits for the broker:
+// the HTTP API and the consumer of the service's queue (contracts.ConsumerNamed),
+// with the service's own event handlers and routes. It reads ServeConfig through
+// getenv and logs JSON to stderr; serve states the life cycle. A service whose
+// API writes to an outbox mounts producerapp's serve with Service.Consumer
+// instead: its API answers while the broker is away.
 func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, handlers Handlers, routes httpx.Routes) cli.Command {
 	return cli.Command{
 		Name:    "serve",
@@ -45,139 +45,155 @@ func (s Service) ServeCommand(getenv func(string) string, stderr io.Writer, hand
 	}
 }
 
-// brokerHeadStart is how long serve waits for the broker before a service that
-// serves without it answers its routes (Service.ServesWithoutBroker): 5 s.
-const brokerHeadStart = 5 * time.Second
-
-// serve runs the HTTP API and the consumer until ctx ends or one of them fails,
-// then stops both. It reads top to bottom: configuration, logger and tracing; the
-// HTTP server, listening first and answering /healthz, /metrics and /readyz (503
-// until the routes serve) and a 503 problem on every other path; with
-// MIGRATE_ON_START, Service.Schema applied, retried while the server
-// does not answer (pg.Retry); the database, waited for with pg.WaitPool
-// (deps.connectDatabase), and the broker, dialled twice with backoff (one
-// connection consumes, the other publishes retry and dead-letter copies, so that
-// a broker blocking publishers never stalls the acks), each declaring the
-// service's topology (deps.connectBroker); the inbox with the service's handlers
-// (docs/architecture.md rule 3); the consumer (deps.consume); the service's
-// routes; then consuming until ctx ends, and the shutdown bounded by the
-// consumer's and the server's timeouts. With Service.ServesWithoutBroker the
-// routes come once the consumer is set up or brokerHeadStart after the database,
-// whichever is first, and a broker that is away is waited for behind them.
-//
-// /readyz answers 503 until the routes serve, then checks "postgres" (ping),
-// "rabbitmq" and "rabbitmq_retry" (connected and not blocked) and "consumer"
-// (subscribed, not paused); with
-// Service.ServesWithoutBroker, "postgres" alone. While the database or the
-// retry path is unavailable the consumer pauses and resumes once both answer.
-//
-// It returns nil after a clean shutdown, also when ctx ends while it still waits
-// for a dependency.
+// serve runs the HTTP API and the consumer in front of it (serveapp.Run) until
+// ctx ends or one of them fails, then stops both: once the database answers, the
+// consumer is set up (deps.Start), then the routes serve. /readyz answers 503
+// until the routes serve, then checks "postgres" (ping), "rabbitmq" and
+// "rabbitmq_retry" (connected and not blocked) and "consumer" (subscribed, not
+// paused). While the database or the retry path is unavailable the consumer
+// pauses and resumes once both answer. It returns nil after a clean shutdown,
+// also when ctx ends while it still waits for a dependency.
 func (s Service) serve(ctx context.Context, getenv func(string) string, stderr io.Writer, handlers Handlers, routes httpx.Routes) error {
 	cfg, err := config.Load(getenv, s.LoadServeConfig)
 	if err != nil {
 		return err
 	}
-	logger, stopTracing, err := telemetry.StartProcess(ctx, stderr, cfg.LogLevel, s.Name, "starting", cfg)
+	d, err := s.Consumer(handlers).role(cfg.ConsumeConfig, false)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	deps, err := s.newDeps(cfg)
-	if err != nil {
-		return err
-	}
-	defer deps.close()
-	validator, err := contracts.NewValidator()
-	if err != nil {
-		return err
-	}
-
-	reg := metrics.NewRegistry()
-	checks := deps.checks()
-	if s.ServesWithoutBroker {
-		checks = checks[:1] // postgres
-	}
-	srv, err := httpx.Listen(ctx, cfg.HTTPAddr, logger, reg, "starting: not connected to its dependencies yet", checks...)
-	if err != nil {
-		return err
-	}
-	err = srv.Run(ctx, func(ctx context.Context) (func(context.Context) error, error) {
-		pool, err := deps.connectDatabase(ctx, logger)
-		if err != nil {
-			return nil, err
-		}
-		ib := inbox.New(pool, s.Name, validator, logger, reg, inbox.WithGroupCommit(cfg.InboxGroup, cfg.InboxTx),
-			inbox.WithPublishers(Publishers(cfg.RelayUsers)))
-		handlers(ib, logger)
-		for _, e := range s.contract().Events {
-			if !ib.Handles(e) {
-				return nil, fmt.Errorf("%s receives %s (contracts/registry.go) but registers no handler for it (inbox.On): each would be dead-lettered", s.Name, e)
-			}
-		}
-		ready := func() { srv.Ready(routes(pool, logger, reg, checks)) }
-		if s.ServesWithoutBroker {
-			return deps.behindRoutes(ready, ib, logger, reg), nil
-		}
-		if err := deps.subscribe(ctx, ib, logger, reg); err != nil {
-			return nil, err
-		}
-		ready()
-		return deps.run, nil
-	})
-	logger.InfoContext(ctx, "stopped", slog.Any("error", err))
-	return err
+	return serveapp.Run(ctx, stderr, serveapp.API{
+		Name: s.Name, Config: cfg, LogLevel: cfg.LogLevel,
+		DatabaseURL: pg.WithPoolSize(cfg.DatabaseURL, cfg.PoolSize()), HTTPAddr: cfg.HTTPAddr,
+		MigrateOnStart: cfg.MigrateOnStart, Schema: s.Schema, Tables: []string{inboxTable}, Routes: routes,
+	}, d)
 }
 
-// deps are the dependencies of serve: the database pool, the broker connection
-// that consumes, the one that publishes retry and dead-letter copies, and the
-// consumer. Each is nil until connected; checks reports them to /readyz meanwhile.
-// Its methods are called from serve's start-up, in order; checks' functions may run
-// on any goroutine.
+// inboxTable is the table a consuming serve waits for: processed_event, which a
+// service's migrate creates after its outbox (migrations.Schema).
+const inboxTable = "processed_event"
+
+// Consumer is the service's consumer role, which a serve mounts: the inbox with
+// handlers (docs/architecture.md rule 3) and the consumer of the service's queue
+// (contracts.ConsumerNamed), dead letters recorded. ServeCommand mounts it in
+// front of the API; producerapp's serve mounts it behind its API (Behind).
+type Consumer struct {
+	svc      Service
+	handlers Handlers
+}
+
+// Consumer returns the service's consumer role with handlers.
+func (s Service) Consumer(handlers Handlers) Consumer { return Consumer{svc: s, handlers: handlers} }
+
+// Queue is the queue the consumer consumes, e.g. "order.events".
+func (c Consumer) Queue() string { return c.svc.contract().Queue }
+
+// LoadConfig reads ConsumeConfig through env; env.Err names every bad variable.
+func (c Consumer) LoadConfig(env *config.Env) ConsumeConfig { return c.svc.loadConsumeConfig(env) }
+
+// brokerHeadStart is how long a consumer mounted behind an API waits for the
+// broker before the routes serve: 5 s.
+const brokerHeadStart = 5 * time.Second
+
+// Behind mounts the consumer, with cfg, behind api, an API that needs only its
+// database (producerapp's serve: orders are taken into the outbox while the
+// broker is away, rule 1). It sizes api's pool for the inbox transactions
+// (ConsumeConfig.PoolSize, unless the URL sets pool_max_conns) and makes serve
+// wait for the inbox's table, then returns the role for serveapp.Run: the
+// routes serve once the consumer is set up or brokerHeadStart after the
+// database answers, whichever is first, and a broker that is away is waited for
+// behind them. It adds no /readyz check: a broker outage shows in the amqp_*
+// metrics and the logs, not in readiness. It fails when the contract has no
+// consumer named after the service.
+func (c Consumer) Behind(cfg ConsumeConfig, api *serveapp.API) (serveapp.Role, error) {
+	api.DatabaseURL = pg.WithPoolSize(api.DatabaseURL, cfg.PoolSize())
+	api.Tables = []string{inboxTable}
+	return c.role(cfg, true)
+}
+
+// role prepares the consumer's dependencies with cfg: the service's queue, with
+// its retry levels and dead-letter queue, and the topology both broker
+// connections declare (amqp.ConsumerQueue, amqp.EventTopology); behind says
+// whether the routes serve before the consumer is set up. It fails when the
+// contract has no consumer named after the service.
+func (c Consumer) role(cfg ConsumeConfig, behind bool) (*deps, error) {
+	consumer, ok := contracts.ConsumerNamed(c.svc.Name)
+	if !ok {
+		return nil, errors.New("the contract has no consumer " + c.svc.Name)
+	}
+	queue := amqp.ConsumerQueue(consumer, cfg.RetryDelays)
+	return &deps{svc: c.svc, handlers: c.handlers, cfg: cfg, behind: behind, queue: queue, topology: amqp.EventTopology(queue)}, nil
+}
+
+// deps are the consumer's dependencies in serve: the broker connection that
+// consumes, the one that publishes retry and dead-letter copies, and the consumer;
+// it is a serveapp.Role. Each is nil until connected; Checks reports them to
+// /readyz meanwhile. Its methods are called from serve's start-up, in order;
+// Checks' functions may run on any goroutine.
 type deps struct {
 	svc      Service
-	cfg      ServeConfig
+	handlers Handlers
+	cfg      ConsumeConfig
+	behind   bool
 	queue    amqp.QueueSpec
 	topology amqp.Topology
 
-	pool     atomic.Pointer[pgxpool.Pool]
+	pool     *pgxpool.Pool
 	broker   atomic.Pointer[amqp.Connection]
 	retry    atomic.Pointer[amqp.Connection]
 	consumer atomic.Pointer[amqp.Consumer]
 }
 
-// newDeps prepares the dependencies of serve with cfg: the service's queue, with
-// its retry levels and dead-letter queue, and the topology both broker
-// connections declare (amqp.ConsumerQueue, amqp.EventTopology). It fails when the
-// contract has no consumer named s.Name.
-func (s Service) newDeps(cfg ServeConfig) (*deps, error) {
-	consumer, ok := contracts.ConsumerNamed(s.Name)
-	if !ok {
-		return nil, errors.New("the contract has no consumer " + s.Name)
-	}
-	queue := amqp.ConsumerQueue(consumer, cfg.RetryDelays)
-	return &deps{svc: s, cfg: cfg, queue: queue, topology: amqp.EventTopology(queue)}, nil
-}
-
-// checks are the readiness checks of serve: "postgres" (ping), "rabbitmq" and
+// Checks are the consumer's readiness checks in front of the API: "rabbitmq" and
 // "rabbitmq_retry" (connected and not blocked) and "consumer" (subscribed, not
-// paused); each fails with "not connected yet" until connect or consume stored it.
-func (d *deps) checks() []httpx.Check {
+// paused); each fails with "not connected yet" until connectBroker or consume
+// stored it. Behind an API, none.
+func (d *deps) Checks() []httpx.Check {
+	if d.behind {
+		return nil
+	}
 	brokerReady := func(c *amqp.Connection, _ context.Context) error { return c.Ready() }
 	return []httpx.Check{
-		httpx.Pending("postgres", &d.pool, (*pgxpool.Pool).Ping),
 		httpx.Pending("rabbitmq", &d.broker, brokerReady),
 		httpx.Pending("rabbitmq_retry", &d.retry, brokerReady),
 		httpx.Pending("consumer", &d.consumer, func(c *amqp.Consumer, _ context.Context) error { return c.Ready() }),
 	}
 }
 
-// behindRoutes returns serve's loop for a service that serves without the broker:
-// it subscribes ib (subscribe) and consumes (run), and calls ready, which mounts
-// the routes, once subscribed or brokerHeadStart from now, whichever is first.
-// Waiting for the queue's declaration keeps an answer to an order taken from then
-// on out of the unroutable queue; a broker that is away does not hold orders
-// back. The loop returns nil when ctx ends, also while it still connects.
+// Start sets up the inbox over pool with the service's handlers, refusing a
+// service that registers no handler for an event its contract receives. In
+// front of the API it subscribes (subscribe), calls ready and returns run;
+// behind it, it returns behindRoutes' loop.
+func (d *deps) Start(ctx context.Context, pool *pgxpool.Pool, ready func(), logger *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+	d.pool = pool
+	validator, err := contracts.NewValidator()
+	if err != nil {
+		return nil, err
+	}
+	ib := inbox.New(pool, d.svc.Name, validator, logger, reg, inbox.WithGroupCommit(d.cfg.InboxGroup, d.cfg.InboxTx),
+		inbox.WithPublishers(Publishers(d.cfg.RelayUsers)))
+	d.handlers(ib, logger)
+	for _, e := range d.svc.contract().Events {
+		if !ib.Handles(e) {
+			return nil, fmt.Errorf("%s receives %s (contracts/registry.go) but registers no handler for it (inbox.On): each would be dead-lettered", d.svc.Name, e)
+		}
+	}
+	if d.behind {
+		return d.behindRoutes(ready, ib, logger, reg), nil
+	}
+	if err := d.subscribe(ctx, ib, logger, reg); err != nil {
+		return nil, err
+	}
+	ready()
+	return d.run, nil
+}
+
+// behindRoutes returns serve's loop for a consumer behind the API: it subscribes
+// ib (subscribe) and consumes (run), and calls ready, which mounts the routes,
+// once subscribed or brokerHeadStart from now, whichever is first. Waiting for
+// the queue's declaration keeps an answer to an order taken from then on out of
+// the unroutable queue; a broker that is away does not hold orders back. The
+// loop returns nil when ctx ends, also while it still connects.
 func (d *deps) behindRoutes(ready func(), ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) func(context.Context) error {
 	ready = sync.OnceFunc(ready)
 	headStart := time.AfterFunc(brokerHeadStart, ready)
@@ -203,30 +219,8 @@ func (d *deps) subscribe(ctx context.Context, ib *inbox.Inbox, logger *slog.Logg
 	if err := d.consume(ib, logger, reg); err != nil {
 		return err
 	}
-	logger.InfoContext(ctx, "connected", slog.String("database", config.MaskURL(d.cfg.DatabaseURL)),
-		slog.String("amqp", config.MaskURL(d.cfg.AMQPURL)))
+	logger.InfoContext(ctx, "connected", slog.String("amqp", config.MaskURL(d.cfg.AMQPURL)))
 	return nil
-}
-
-// connectDatabase applies Service.Schema first when MIGRATE_ON_START is true
-// (retried while the server does not answer, pg.Retry), then waits for the
-// database with pg.WaitPool (PoolSize connections unless the URL sets
-// pool_max_conns; the processed_event table created by `<name> migrate`) and
-// returns the pool; it returns ctx's error when ctx ends first, and a wrapped
-// error for a database that refuses for good.
-func (d *deps) connectDatabase(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, error) {
-	if d.cfg.MigrateOnStart {
-		if err := migrate.OnStart(ctx, d.cfg.DatabaseURL, d.svc.Schema, logger); err != nil {
-			return nil, err
-		}
-	}
-	p, err := pg.WaitPool(ctx, pg.WithPoolSize(d.cfg.DatabaseURL, d.cfg.PoolSize()), logger,
-		pg.CreatedBy(d.svc.Name+" migrate"), pg.RequireTables("processed_event"))
-	if err != nil {
-		return nil, err
-	}
-	d.pool.Store(p)
-	return p, nil
 }
 
 // connectBroker dials the broker twice with backoff, each connection declaring the
@@ -257,7 +251,7 @@ func (d *deps) connectBroker(ctx context.Context, logger *slog.Logger, reg prome
 // database does not answer. It also registers the dead-letter metrics on reg. run
 // then consumes.
 func (d *deps) consume(ib *inbox.Inbox, logger *slog.Logger, reg prometheus.Registerer) error {
-	p, conn := d.pool.Load(), d.broker.Load()
+	p, conn := d.pool, d.broker.Load()
 	sub, err := amqp.NewConsumer(conn, amqp.ConsumerConfig{
 		Queue:           d.queue.Name,
 		Name:            d.svc.Name,
@@ -290,10 +284,8 @@ func (d *deps) run(ctx context.Context) error {
 	return nil
 }
 
-// close closes the broker connections that were opened, both at once, so that
-// they are done within one amqp.DefaultCloseTimeout whatever the broker does, then
-// the pool.
-func (d *deps) close() {
+// Close closes the broker connections that were opened, both at once, so that
+// they are done within one amqp.DefaultCloseTimeout whatever the broker does.
+func (d *deps) Close() {
 	_ = amqp.CloseAll(d.retry.Load(), d.broker.Load())
-	pg.Close(d.pool.Load())
 }

@@ -2,9 +2,11 @@
 // events through an outbox (docs/architecture.md, rules 2 and 5): `relay`,
 // which publishes the outbox, `purge-outbox` and `replay-outbox`. A service
 // names itself with a Service value and mounts the commands beside its own;
-// package consumerapp is the same for the consuming side. A service that only
-// produces mounts this package's `serve` (its HTTP API over its database) and
-// `migrate` too. The package names no service.
+// package consumerapp is the same for the consuming side. A service whose API
+// writes to the outbox mounts this package's `serve` (its HTTP API over its
+// database, ready without the broker), with its consumer role behind the API
+// when it also consumes (consumerapp.Service.Consumer). The package names no
+// service.
 package producerapp
 
 import (
@@ -33,9 +35,10 @@ type Service struct {
 	// the default of the relay's HTTP_ADDR (health and metrics).
 	DatabaseURL, RelayHTTPAddr string
 	// HTTPAddr is the default of serve's HTTP_ADDR, and Schema the service's
-	// database schema (the outbox's set, then its own): both only for a
-	// service that mounts ServeCommand and MigrateCommand, one that does not
-	// consume (a consumer mounts consumerapp's).
+	// database schema (the outbox's set, then its own), which serve applies
+	// with MIGRATE_ON_START: both only for a service that mounts ServeCommand.
+	// MigrateCommand applies Schema too; a service that consumes mounts
+	// consumerapp's instead, with the same Schema.
 	HTTPAddr string
 	Schema   migrate.Schema
 	// IdempotencyConsumer, when set, is the processed_event consumer under

@@ -23,9 +23,10 @@ import (
 // output goes to stdout and JSON logs to stderr. It returns when the command is done
 // or, for serve and relay, once ctx ends and everything has shut down; a
 // *cli.UsageError for a command line that cannot run. The commands are the
-// platform's (package consumerapp for the consumer, producerapp for the producer),
-// named after order; serve runs order's API and its handlers of stock's answers
-// (events.Register), both writing order's events to its outbox.
+// platform's (package producerapp for the producer, consumerapp for the consumer),
+// named after order; serve runs order's API (producerapp) with its consumer of
+// stock's answers behind it (consumerapp, events.Register), both writing order's
+// events to its outbox.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	validator, err := contracts.NewValidator()
 	if err != nil {
@@ -40,7 +41,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		api.New(store.New(pool, w), logger, reg).Routes(router)
 		return router
 	}
-	commands := service.Commands(getenv, stdout, stderr, handlers, routes)
+	commands := append([]cli.Command{producer.ServeCommand(getenv, stderr, routes, service.Consumer(handlers))},
+		service.Tools(getenv, stdout, stderr)...)
 	return cli.Program{
 		Name: name,
 		Summary: "the order service: orders over HTTP, stock's answers from " + contracts.QueueOrder +

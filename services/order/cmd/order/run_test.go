@@ -411,7 +411,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestConfigDefaultsAndMasking(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Load(env(nil), service.LoadServeConfig)
+	cfg, err := config.Load(env(nil), producer.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestConfigDefaultsAndMasking(t *testing.T) {
 		cfg.LogLevel != slog.LevelInfo || cfg.MigrateOnStart {
 		t.Errorf("defaults = %+v", cfg)
 	}
-	cfg, err = config.Load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), service.LoadServeConfig)
+	cfg, err = config.Load(env(map[string]string{"ORDER_DATABASE_URL": "postgres://app:s3cret@db:5432/orders"}), producer.LoadServeConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
