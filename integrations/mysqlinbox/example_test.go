@@ -37,7 +37,7 @@ func runWithExampleDatabase(m *testing.M) int {
 	}
 	cfg, err := mysql.ParseDSN(server)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "examples: TEST_MYSQL_DSN:", err)
+		fmt.Fprintln(os.Stderr, "mysqlinbox tests: TEST_MYSQL_DSN:", err)
 		return 1
 	}
 	suffix := make([]byte, 5)
@@ -48,7 +48,7 @@ func runWithExampleDatabase(m *testing.M) int {
 		_, err = admin.ExecContext(ctx, "CREATE DATABASE "+cfg.DBName)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "examples: MySQL/MariaDB server:", err)
+		fmt.Fprintf(os.Stderr, "mysqlinbox tests need a MySQL/MariaDB server (TEST_MYSQL_DSN, here %s): %v\n", server, err)
 		return 1
 	}
 	defer func() {
@@ -64,7 +64,7 @@ func runWithExampleDatabase(m *testing.M) int {
 		_, err = exampleDB.ExecContext(ctx, `CREATE TABLE wallet (user_id varchar(64) PRIMARY KEY, cashback decimal(12,2) NOT NULL)`)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "examples:", err)
+		fmt.Fprintln(os.Stderr, "mysqlinbox tests: the examples' database:", err)
 		return 1
 	}
 	return m.Run()

@@ -28,6 +28,8 @@ func main() {
 	defer stop()
 	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "testservers:", err)
+		fmt.Fprintln(os.Stderr, "testservers: it needs a running Docker engine that can pull or has the images; "+
+			"without one, start PostgreSQL and RabbitMQ yourself and set TEST_DATABASE_URL and TEST_AMQP_URL")
 		os.Exit(1)
 	}
 }
