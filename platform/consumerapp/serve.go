@@ -99,7 +99,7 @@ const brokerHeadStart = 5 * time.Second
 // database (producerapp's serve: orders are taken into the outbox while the
 // broker is away, rule 1). It sizes api's pool for the inbox transactions
 // (ConsumeConfig.PoolSize, unless the URL sets pool_max_conns) and makes serve
-// wait for the inbox's table, then returns the role for serveapp.Run: the
+// wait for the inbox's table too, then returns the role for serveapp.Run: the
 // routes serve once the consumer is set up or brokerHeadStart after the
 // database answers, whichever is first, and a broker that is away is waited for
 // behind them. It adds no /readyz check: a broker outage shows in the amqp_*
@@ -107,7 +107,7 @@ const brokerHeadStart = 5 * time.Second
 // consumer named after the service.
 func (c Consumer) Behind(cfg ConsumeConfig, api *serveapp.API) (serveapp.Role, error) {
 	api.DatabaseURL = pg.WithPoolSize(api.DatabaseURL, cfg.PoolSize())
-	api.Tables = []string{inboxTable}
+	api.Tables = append(api.Tables, inboxTable)
 	return c.role(cfg, true)
 }
 

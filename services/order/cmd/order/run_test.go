@@ -313,7 +313,7 @@ func TestServeNamesMigrateOnAMissingDatabase(t *testing.T) {
 	if err := pg.EnsureDatabase(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
-	waitLog("lacks the tables processed_event: run `order migrate`")
+	waitLog("lacks the tables outbox, processed_event: run `order migrate`")
 	if err := run(context.Background(), []string{"order", "migrate"}, env(map[string]string{"ORDER_DATABASE_URL": url}), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
