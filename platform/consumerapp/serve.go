@@ -58,15 +58,15 @@ func (s Service) serve(ctx context.Context, getenv func(string) string, stderr i
 	if err != nil {
 		return err
 	}
-	d, err := s.Consumer(handlers).role(cfg.ConsumeConfig, false)
+	api := serveapp.API{
+		Name: s.Name, Config: cfg, LogLevel: cfg.LogLevel, DatabaseURL: cfg.DatabaseURL, HTTPAddr: cfg.HTTPAddr,
+		MigrateOnStart: cfg.MigrateOnStart, Schema: s.Schema, Routes: routes,
+	}
+	d, err := s.Consumer(handlers).mount(cfg.ConsumeConfig, &api, false)
 	if err != nil {
 		return err
 	}
-	return serveapp.Run(ctx, stderr, serveapp.API{
-		Name: s.Name, Config: cfg, LogLevel: cfg.LogLevel,
-		DatabaseURL: pg.WithPoolSize(cfg.DatabaseURL, cfg.PoolSize()), HTTPAddr: cfg.HTTPAddr,
-		MigrateOnStart: cfg.MigrateOnStart, Schema: s.Schema, Tables: []string{inboxTable}, Routes: routes,
-	}, d)
+	return serveapp.Run(ctx, stderr, api, d)
 }
 
 // inboxTable is the table a consuming serve waits for: processed_event, which a
@@ -106,17 +106,19 @@ const brokerHeadStart = 5 * time.Second
 // metrics and the logs, not in readiness. It fails when the contract has no
 // consumer named after the service.
 func (c Consumer) Behind(cfg ConsumeConfig, api *serveapp.API) (serveapp.Role, error) {
-	api.DatabaseURL = pg.WithPoolSize(api.DatabaseURL, cfg.PoolSize())
-	api.Tables = append(api.Tables, inboxTable)
-	return c.role(cfg, true)
+	return c.mount(cfg, api, true)
 }
 
-// role prepares the consumer's dependencies with cfg: the service's queue, with
-// its retry levels and dead-letter queue, and the topology both broker
-// connections declare (amqp.ConsumerQueue, amqp.EventTopology); behind says
-// whether the routes serve before the consumer is set up. It fails when the
+// mount sizes api's pool for the inbox transactions (ConsumeConfig.PoolSize,
+// unless the URL sets pool_max_conns), adds the inbox's table to those serve
+// waits for, and prepares the consumer's dependencies with cfg: the service's
+// queue, with its retry levels and dead-letter queue, and the topology both
+// broker connections declare (amqp.ConsumerQueue, amqp.EventTopology); behind
+// says whether the routes serve before the consumer is set up. It fails when the
 // contract has no consumer named after the service.
-func (c Consumer) role(cfg ConsumeConfig, behind bool) (*deps, error) {
+func (c Consumer) mount(cfg ConsumeConfig, api *serveapp.API, behind bool) (*deps, error) {
+	api.DatabaseURL = pg.WithPoolSize(api.DatabaseURL, cfg.PoolSize())
+	api.Tables = append(api.Tables, inboxTable)
 	consumer, ok := contracts.ConsumerNamed(c.svc.Name)
 	if !ok {
 		return nil, errors.New("the contract has no consumer " + c.svc.Name)

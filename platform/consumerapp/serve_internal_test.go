@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"example.com/shop/contracts"
+	"example.com/shop/platform/serveapp"
 )
 
 // TestReadinessChecksFailUntilConnected: in front of the API, the consumer's
@@ -16,7 +17,7 @@ import (
 func TestReadinessChecksFailUntilConnected(t *testing.T) {
 	c := Service{Name: contracts.ConsumerStock}.Consumer(nil)
 	cfg := ConsumeConfig{RetryDelays: []time.Duration{time.Second}}
-	d, err := c.role(cfg, false)
+	d, err := c.mount(cfg, &serveapp.API{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestReadinessChecksFailUntilConnected(t *testing.T) {
 	if want := []string{"rabbitmq", "rabbitmq_retry", "consumer"}; !slices.Equal(names, want) {
 		t.Errorf("checks %v, want %v", names, want)
 	}
-	behind, err := c.role(cfg, true)
+	behind, err := c.Behind(cfg, &serveapp.API{})
 	if err != nil {
 		t.Fatal(err)
 	}
