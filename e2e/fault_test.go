@@ -179,7 +179,7 @@ func rejectPublish(t *testing.T, r *fault.Rig) {
 
 // deletedQueue deletes stock.events (and later shipping.events)
 // while the system runs: the consumer declares its queue again at once, and
-// every event published after that reaches it. Deleting a
+// every event published once it consumes again reaches it. Deleting a
 // queue deletes its messages, so the load is paused while the queue is
 // drained and gone.
 func deletedQueue(q string) func(t *testing.T, r *fault.Rig) {
@@ -193,9 +193,21 @@ func deletedQueue(q string) func(t *testing.T, r *fault.Rig) {
 		}); err != nil {
 			t.Fatalf("delete %s: %v", q, err)
 		}
-		eventually(t, q+" declared again", func() string {
-			if _, err := system.QueueDepths(ctx, r.AMQPURL(), q); err != nil {
+		// A consumer on the queue again means its consumer finished a whole
+		// declaration, bindings included; the queue alone may be a declaration
+		// still binding it (the consumer's or a relay's), which events skip.
+		eventually(t, q+" declared and consumed again", func() string {
+			var consumers int
+			err := r.Broker(ctx, func(ch *amqp091.Channel) error {
+				info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+				consumers = info.Consumers
+				return err
+			})
+			if err != nil {
 				return err.Error()
+			}
+			if consumers == 0 {
+				return "no consumer yet"
 			}
 			return ""
 		})
