@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/module"
 
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/project"
 )
 
 // Options is one fork: the repository Source is copied to Dir, its module path
@@ -86,14 +87,18 @@ func Fork(o Options) (Report, error) {
 	} else if err != nil && !os.IsNotExist(err) {
 		return Report{}, err
 	}
-	oldModule, err := workspaceModule(src)
+	oldModule, err := project.Module(src)
 	if err != nil {
 		return Report{}, err
 	}
 	if o.Module == oldModule {
 		return Report{}, usagef("MODULE %s is the module path of the repository already", o.Module)
 	}
-	rep := Report{OldModule: oldModule, Module: o.Module, OldName: path.Base(oldModule), Name: o.Name, Without: o.Without}
+	oldName, err := project.Name(src)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{OldModule: oldModule, Module: o.Module, OldName: oldName, Name: o.Name, Without: o.Without}
 	files, err := trackedFiles(src)
 	if err != nil {
 		return Report{}, err
@@ -188,21 +193,6 @@ func dropLines(b []byte, without []string) []byte {
 			return bytes.Contains(l, []byte("integrations/"+name+"/")) || bytes.HasSuffix(bytes.TrimSpace(l), []byte("integrations/"+name))
 		})
 	}), nil)
-}
-
-// workspaceModule returns the module path prefix of the repository at root: the
-// module path of its contracts module without "/contracts".
-func workspaceModule(root string) (string, error) {
-	name := filepath.Join(root, "contracts", "go.mod")
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return "", fmt.Errorf("%s is not this repository: %w", root, err)
-	}
-	p := modfile.ModulePath(b)
-	if !strings.HasSuffix(p, "/contracts") {
-		return "", fmt.Errorf("%s: module %q does not end in /contracts", name, p)
-	}
-	return strings.TrimSuffix(p, "/contracts"), nil
 }
 
 // trackedFiles lists the files git tracks at root, slash-separated.

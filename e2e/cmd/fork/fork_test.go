@@ -2,22 +2,23 @@ package main
 
 import (
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"example.com/shop/e2e/internal/project"
 )
 
 // target is the module path and name the tests fork to: acme, or zeta when the
 // repository is a fork named acme already.
 func target(t *testing.T, root string) (module, name string) {
 	t.Helper()
-	old, err := workspaceModule(root)
+	old, err := project.Name(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name = "acme"
-	if path.Base(old) == name {
+	if old == name {
 		name = "zeta"
 	}
 	return "github.com/" + name + "/orders", name

@@ -13,20 +13,6 @@ import (
 	"golang.org/x/mod/modfile"
 )
 
-// workspaceModule returns the module path prefix of the repository at root: the module
-// path of its contracts module without "/contracts".
-func workspaceModule(root string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "contracts", "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("%s is not this repository: %w", root, err)
-	}
-	p := modfile.ModulePath(b)
-	if !strings.HasSuffix(p, "/contracts") {
-		return "", fmt.Errorf("contracts/go.mod: module %q does not end in /contracts", p)
-	}
-	return strings.TrimSuffix(p, "/contracts"), nil
-}
-
 // workGoVersion returns the go directive of root's go.work, which every module follows.
 func workGoVersion(root string) (string, error) {
 	name := filepath.Join(root, "go.work")

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/shop/contracts"
+	"example.com/shop/e2e/internal/project"
 )
 
 //go:embed template
@@ -192,7 +193,7 @@ func plan(o Options) (data, error) {
 	if err := refuseComposeName(o.Root, o.Name); err != nil {
 		return data{}, err
 	}
-	mod, err := workspaceModule(o.Root)
+	mod, err := project.Module(o.Root)
 	if err != nil {
 		return data{}, err
 	}
