@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"go/format"
 	"go/scanner"
 	"go/token"
 	"go/types"
@@ -229,7 +230,8 @@ func (r rewriter) path(f string) (string, int) {
 }
 
 // content rewrites one text file; a go.mod must parse afterwards and name the
-// old module path nowhere. A file with a NUL byte is binary and copied as it is.
+// old module path nowhere, a Go file is formatted again. A file with a NUL byte
+// is binary and copied as it is.
 func (r rewriter) content(f string, b []byte) ([]byte, Change, error) {
 	var c Change
 	if bytes.IndexByte(b, 0) >= 0 {
@@ -243,6 +245,15 @@ func (r rewriter) content(f string, b []byte) ([]byte, Change, error) {
 	}
 	if r.oldName != r.name {
 		b, c.Names = replaceWord(b, r.oldName, r.name)
+	}
+	if path.Ext(f) == ".go" && c.Module > 0 {
+		// A new module path may sort elsewhere among the imports of a group
+		// (github.com/zeta after github.com/go-chi): gofmt orders them again.
+		out, err := format.Source(b)
+		if err != nil {
+			return nil, c, fmt.Errorf("gofmt after the rewrite: %w", err)
+		}
+		b = out
 	}
 	return b, c, nil
 }

@@ -9,17 +9,17 @@ import (
 	"example.com/shop/e2e/internal/project"
 )
 
-// target is the module path and name the tests fork to: acme, or zeta when the
-// repository is a fork named acme already.
+// target is the module path and name the tests fork to: zeta, or acme when the
+// repository is a fork named zeta already.
 func target(t *testing.T, root string) (module, name string) {
 	t.Helper()
 	old, err := project.Name(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name = "acme"
+	name = "zeta"
 	if old == name {
-		name = "zeta"
+		name = "acme"
 	}
 	return "github.com/" + name + "/orders", name
 }
