@@ -49,16 +49,17 @@ type Report struct {
 }
 
 // nameRE is what a project name may be: a lowercase letter, then lowercase
-// letters and digits. It is then a Go identifier, a DNS label (the Kubernetes
+// letters and digits, 40 at most (with "_owner", a PostgreSQL role name). It is then a Go identifier, a DNS label (the Kubernetes
 // namespace), a docker image and compose project name, and a vhost.
-var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,39}$`)
 
 // Fork copies o.Source to o.Dir with the module path and project name rewritten
 // (see the package comment). It refuses, before writing anything, a module path
-// that module.CheckPath rejects, a name that is not a plain lowercase word or
-// that the repository uses as a Go identifier where it also uses the old name
-// as one (the rename would merge the two), and a Dir that exists and is not
-// empty.
+// that module.CheckPath rejects, a name that is not a plain lowercase word of at
+// most 40 characters or that the repository uses as a Go identifier or in a
+// file's path (the next fork would rename that use with the project), and a Dir
+// that exists and is not empty or is inside the repository (symbolic links
+// followed). A failure while copying removes what it wrote, so Dir is as before.
 func Fork(o Options) (Report, error) {
 	if o.Module == "" {
 		return Report{}, usagef("MODULE is required, e.g. make fork MODULE=github.com/acme/orders")
@@ -67,27 +68,29 @@ func Fork(o Options) (Report, error) {
 		return Report{}, usagef("MODULE %q is not a module path: %v", o.Module, err)
 	}
 	if !nameRE.MatchString(o.Name) {
-		return Report{}, usagef("NAME %q: a project name is a lowercase letter, then lowercase letters and digits (it names an image, a namespace and a vhost)", o.Name)
+		return Report{}, usagef("NAME %q: a project name is a lowercase letter, then lowercase letters and digits, 40 at most (it names an image, a namespace and a vhost)", o.Name)
 	}
 	if token.IsKeyword(o.Name) || types.Universe.Lookup(o.Name) != nil {
 		return Report{}, usagef("NAME %q is a Go keyword or predeclared identifier; choose another", o.Name)
 	}
-	src, err := filepath.Abs(o.Source)
+	src, err := resolve(o.Source)
 	if err != nil {
 		return Report{}, err
 	}
-	dst, err := filepath.Abs(o.Dir)
+	dst, err := resolve(o.Dir)
 	if err != nil {
 		return Report{}, err
 	}
 	if dst == src || strings.HasPrefix(dst, src+string(filepath.Separator)) {
 		return Report{}, usagef("DIR %s is inside the repository it copies; choose a folder outside %s", o.Dir, src)
 	}
-	if entries, err := os.ReadDir(dst); err == nil && len(entries) > 0 {
+	entries, err := os.ReadDir(dst)
+	if err == nil && len(entries) > 0 {
 		return Report{}, usagef("DIR %s exists and is not empty; choose a new folder or empty it", o.Dir)
 	} else if err != nil && !os.IsNotExist(err) {
 		return Report{}, err
 	}
+	existed := err == nil
 	oldModule, err := project.Module(src)
 	if err != nil {
 		return Report{}, err
@@ -99,6 +102,7 @@ func Fork(o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	o.Without = slices.Compact(slices.Sorted(slices.Values(o.Without)))
 	rep := Report{OldModule: oldModule, Module: o.Module, OldName: oldName, Name: o.Name, Without: o.Without}
 	files, err := trackedFiles(src)
 	if err != nil {
@@ -109,51 +113,62 @@ func Fork(o Options) (Report, error) {
 	}
 	r := rewriter{oldModule: oldModule, module: o.Module, oldName: rep.OldName, name: o.Name}
 	if r.oldName != r.name {
-		// The name becomes a Go identifier where the old one is one: it must
-		// not then meet one of the same name.
-		olds, err := goIdents(src, files, r.oldName)
+		// The next fork (the fork's own tests make one) renames every use of the
+		// name: one the code has already would go with it (package main,
+		// *_test.go, net/http).
+		uses, err := nameUses(src, files, r.name)
 		if err != nil {
 			return Report{}, err
 		}
-		var uses []string
-		if len(olds) > 0 {
-			if uses, err = goIdents(src, files, r.name); err != nil {
-				return Report{}, err
-			}
-		}
 		if len(uses) > 0 {
-			return Report{}, usagef("NAME %q is a Go identifier in the repository already (%s); choose another", o.Name, joinLimit(uses, 3))
+			return Report{}, usagef("NAME %q is a Go identifier or a word of a file's path in the repository already (%s), which a later fork would rename with the project; choose another", o.Name, joinLimit(uses, 3))
 		}
 	}
+	if err := r.copyFiles(src, dst, files, o.Without, &rep); err != nil {
+		if existed { // empty before: empty it again
+			entries, _ := os.ReadDir(dst)
+			for _, e := range entries {
+				_ = os.RemoveAll(filepath.Join(dst, e.Name()))
+			}
+		} else {
+			_ = os.RemoveAll(dst)
+		}
+		return Report{}, err
+	}
+	return rep, nil
+}
+
+// copyFiles writes files of src to dst rewritten, counting each in rep.
+func (r rewriter) copyFiles(src, dst string, files, without []string, rep *Report) error {
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		if os.IsNotExist(err) {
 			continue // deleted in the working tree, not yet committed
 		}
 		if err != nil {
-			return Report{}, err
+			return err
 		}
 		info, err := os.Stat(filepath.Join(src, f))
 		if err != nil {
-			return Report{}, err
+			return err
 		}
 		if f == "go.work" || f == "deploy/Dockerfile" {
-			b = dropLines(b, o.Without)
+			b = dropLines(b, without)
 		}
 		to, names := r.path(f)
 		out, c, err := r.content(f, b)
 		if err != nil {
-			return Report{}, fmt.Errorf("%s: %w", f, err)
+			return fmt.Errorf("%s: %w", f, err)
 		}
 		c.Path, c.Names = to, c.Names+names
 		if to != f {
 			c.From = f
 		}
 		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(to)), 0o755); err != nil {
-			return Report{}, err
+			return err
 		}
 		if err := os.WriteFile(filepath.Join(dst, to), out, info.Mode().Perm()); err != nil {
-			return Report{}, err
+			return err
 		}
 		if c.Module+c.Names > 0 {
 			rep.Changes = append(rep.Changes, c)
@@ -161,7 +176,7 @@ func Fork(o Options) (Report, error) {
 			rep.Copied++
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 // leaveOut returns files without those of the options named in without, each a
@@ -196,6 +211,31 @@ func dropLines(b []byte, without []string) []byte {
 	}), nil)
 }
 
+// resolve returns p absolute, with the symbolic links of its longest existing
+// ancestor followed, so that a folder reached through a link is compared with
+// the repository where it really is.
+func resolve(p string) (string, error) {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if !os.IsNotExist(err) {
+			return "", err
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Join(p, rest), nil
+		}
+		rest, p = filepath.Join(filepath.Base(p), rest), parent
+	}
+}
+
 // trackedFiles lists the files git tracks at root, slash-separated.
 func trackedFiles(root string) ([]string, error) {
 	cmd := exec.Command("git", "-C", root, "ls-files", "-z")
@@ -213,6 +253,11 @@ func trackedFiles(root string) ([]string, error) {
 	}
 	return files, nil
 }
+
+// modulePlaceholder holds the place of the new module path in a file while
+// its project name is renamed: no letter or digit in it, and no text file has
+// a NUL byte.
+const modulePlaceholder = "\x00\x00"
 
 // rewriter rewrites the module path prefix and the project name.
 type rewriter struct {
@@ -237,14 +282,18 @@ func (r rewriter) content(f string, b []byte) ([]byte, Change, error) {
 	if bytes.IndexByte(b, 0) >= 0 {
 		return b, c, nil
 	}
-	b, c.Module = replaceModule(b, r.oldModule, r.module)
+	// The new module path stands in as a placeholder while the name is
+	// renamed, which would otherwise rename it inside the new path too
+	// (github.com/acme/books forked from a fork named acme).
+	b, c.Module = replaceModule(b, r.oldModule, modulePlaceholder)
+	if r.oldName != r.name {
+		b, c.Names = replaceWord(b, r.oldName, r.name)
+	}
+	b = bytes.ReplaceAll(b, []byte(modulePlaceholder), []byte(r.module))
 	if path.Base(f) == "go.mod" {
 		if err := r.checkGoMod(f, b); err != nil {
 			return nil, c, err
 		}
-	}
-	if r.oldName != r.name {
-		b, c.Names = replaceWord(b, r.oldName, r.name)
 	}
 	if path.Ext(f) == ".go" && c.Module > 0 {
 		// A new module path may sort elsewhere among the imports of a group
@@ -273,11 +322,19 @@ func (r rewriter) checkGoMod(name string, b []byte) error {
 		paths = append(paths, rep.Old.Path, rep.New.Path)
 	}
 	for _, p := range paths {
-		if p == r.oldModule || strings.HasPrefix(p, r.oldModule+"/") {
+		if under(p, r.module) {
+			continue // example.com/shop/v2 forked from example.com/shop
+		}
+		if under(p, r.oldModule) {
 			return fmt.Errorf("still names %s after the rewrite", p)
 		}
 	}
 	return nil
+}
+
+// under reports whether module path p is m or a path inside it.
+func under(p, m string) bool {
+	return p == m || strings.HasPrefix(p, m+"/")
 }
 
 // replaceModule replaces old with new where old is a module path of its own:
@@ -301,11 +358,16 @@ func replaceWord(b []byte, old, new string) ([]byte, int) {
 	return b, total
 }
 
-// goIdents lists the Go files among files (under root) that have an
-// identifier spelled as name in one of the spellings replaceWord knows.
-func goIdents(root string, files []string, name string) ([]string, error) {
+// nameUses lists the files among files (under root) whose path has name as a
+// word, or, for Go files, an identifier spelled as name, in one of the
+// spellings replaceWord knows.
+func nameUses(root string, files []string, name string) ([]string, error) {
 	var uses []string
 	for _, f := range files {
+		if _, n := replaceWord([]byte(f), name, name); n > 0 {
+			uses = append(uses, f)
+			continue
+		}
 		if path.Ext(f) != ".go" {
 			continue
 		}

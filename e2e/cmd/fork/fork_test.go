@@ -9,19 +9,14 @@ import (
 	"example.com/shop/e2e/internal/project"
 )
 
-// target is the module path and name the tests fork to: zeta, or acme when the
-// repository is a fork named zeta already.
+// target is the module path and name the tests fork to (project.ForkTarget).
 func target(t *testing.T, root string) (module, name string) {
 	t.Helper()
-	old, err := project.Name(root)
+	module, name, err := project.ForkTarget(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name = "zeta"
-	if old == name {
-		name = "acme"
-	}
-	return "github.com/" + name + "/orders", name
+	return module, name
 }
 
 // repoRoot is the repository this package is in.
@@ -37,14 +32,19 @@ func repoRoot(t *testing.T) string {
 // The fork that e2e/cmd/service's TestForkThenAddAService makes is searched, built,
 // vetted and tested there, once, with a service added.
 
-// TestForkRefuses: a bad module path or name, a folder that is not empty or
-// inside the repository, each before writing. A name the code uses as a Go
-// identifier ("orders") is taken: the old name is none, so the two never meet.
+// TestForkRefuses: a bad module path or name, a name the code uses already (a
+// later fork would rename that use with the project), a folder that is not empty
+// or inside the repository (through a symbolic link too), each before writing;
+// a module path that fails in a go.mod while copying leaves the folder empty.
 func TestForkRefuses(t *testing.T) {
 	root := repoRoot(t)
 	testModule, testName := target(t, root)
 	full := t.TempDir()
 	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(root, link); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -57,6 +57,12 @@ func TestForkRefuses(t *testing.T) {
 		{Options{Module: testModule, Name: "func"}, "Go keyword"},
 		{Options{Module: testModule, Name: testName, Dir: full}, "not empty"},
 		{Options{Module: testModule, Name: testName, Dir: filepath.Join(root, "inside")}, "inside the repository"},
+		{Options{Module: testModule, Name: testName, Dir: filepath.Join(link, "inside")}, "inside the repository"},
+		{Options{Module: testModule, Name: "orders"}, "Go identifier or a word of a file's path"},
+		{Options{Module: testModule, Name: "main"}, "Go identifier or a word of a file's path"},
+		{Options{Module: testModule, Name: "test"}, "Go identifier or a word of a file's path"},
+		{Options{Module: testModule, Name: "abcdefghijklmnopqrstuvwxyzabcdefghijklmno"}, "40 at most"},
+		{Options{Module: "gopkg.in/acme.v1", Name: testName}, "invalid module path"},
 		{Options{Module: testModule, Name: testName, Without: []string{"postgres"}}, "no option of that name"},
 		{Options{Module: testModule, Name: testName, Without: []string{"../platform"}}, "folder name of integrations/"},
 	} {
@@ -72,9 +78,6 @@ func TestForkRefuses(t *testing.T) {
 			t.Errorf("Fork(%+v) wrote to %s before refusing", tc.o, tc.o.Dir)
 		}
 	}
-	if _, err := Fork(Options{Source: root, Module: testModule, Name: "orders", Dir: filepath.Join(t.TempDir(), "fork")}); err != nil {
-		t.Errorf("Fork with NAME orders: %v", err)
-	}
 }
 
 func TestReplaceWord(t *testing.T) {
@@ -89,5 +92,35 @@ func TestReplaceWord(t *testing.T) {
 	got, n := replaceModule([]byte("import \"example.org/cat/platform\" registry.example.org/cat:1 https://example.org/cat/problems"), "example.org/cat", "github.com/dog/x")
 	if want := "import \"github.com/dog/x/platform\" registry.example.org/cat:1 https://github.com/dog/x/problems"; string(got) != want || n != 2 {
 		t.Errorf("replaceModule = %q, %d; want %q, 2", got, n, want)
+	}
+}
+
+// TestContent: the new module path stays as given when it holds the old name
+// (a fork named acme forked again as github.com/acme/books), and the imports
+// are in gofmt's order again when the new path sorts after another.
+func TestContent(t *testing.T) {
+	for _, tc := range []struct {
+		r       rewriter
+		in, out string
+	}{
+		{
+			rewriter{oldModule: "github.com/acme/orders", module: "github.com/acme/books", oldName: "acme", name: "zeta"},
+			"package x\n\nimport _ \"github.com/acme/orders/platform\" // acme\n",
+			"package x\n\nimport _ \"github.com/acme/books/platform\" // zeta\n",
+		},
+		{
+			rewriter{oldModule: "example.com/shop", module: "github.com/zeta/x", oldName: "shop", name: "zeta"},
+			"package x\n\nimport (\n\t_ \"example.com/shop/platform\"\n\t_ \"github.com/go-chi/chi/v5\"\n)\n",
+			"package x\n\nimport (\n\t_ \"github.com/go-chi/chi/v5\"\n\t_ \"github.com/zeta/x/platform\"\n)\n",
+		},
+	} {
+		got, _, err := tc.r.content("x.go", []byte(tc.in))
+		if err != nil || string(got) != tc.out {
+			t.Errorf("content(%q) = %q, %v; want %q", tc.in, got, err, tc.out)
+		}
+	}
+	r := rewriter{oldModule: "example.com/shop", module: "example.com/shop/v2", oldName: "shop", name: "shop"}
+	if _, _, err := r.content("go.mod", []byte("module example.com/shop/contracts\n\ngo 1.24\n")); err != nil {
+		t.Errorf("a module path inside the old one: %v", err)
 	}
 }

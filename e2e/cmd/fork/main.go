@@ -15,7 +15,8 @@
 //
 //	-module PATH  the fork's module path prefix, e.g. github.com/acme/orders (required)
 //	-name NAME    the fork's project name: a lowercase letter, then lowercase letters
-//	              and digits (default: the module path's last element)
+//	              and digits, 40 at most, that the code does not use already
+//	              (default: the module path's last element)
 //	-dir DIR      the new folder; must not exist or be empty (default ../NAME)
 //	-from DIR     the repository to copy (default .)
 //	-without LIST options to leave out, comma-separated folder names of integrations/

@@ -36,18 +36,18 @@ var allowed = map[string]string{
 
 // TestForkThenAddAService is the template's proof, on one fork so that the fork's
 // packages compile once: `make fork` into a temporary folder under a new module
-// path and name (zeta, whose module path sorts after the others among imports;
-// acme in a fork named zeta already), the search for the old module path and
-// name, gofmt; then `make service NAME=billing` (a consumer) and `make service
-// NAME=ledger KIND=both` (a consumer that publishes its own event) in the fork,
-// each changing no file outside its service but the registry, go.work, ledger's
-// schema and generated files, and there `go build` and `go vet` of every module
-// of go.work, the boundary test, the tests of contracts and of the platform
-// packages that need no server, billing's and ledger's own tests, the registry
-// and Kubernetes tests of e2e and the demo's (its databases, processes, roles and
-// broker users), and the end-to-end check in which the auditor reports every
-// consumer, billing and ledger included, processing every event of an order, and
-// counts none of any producer's events, ledger's included, unaccounted.
+// path and name (project.ForkTarget: github.com/zeta/orders and zeta), the search
+// for the old module path and name, gofmt; then `make service NAME=billing` (a
+// consumer) and `make service NAME=ledger KIND=both` (a consumer that publishes
+// its own event) in the fork, each changing no file outside its service but the
+// registry, go.work, ledger's schema and generated files, and there `go build` and
+// `go vet` of every module of go.work, the boundary test, the tests of contracts
+// and of the platform packages that need no server, billing's and ledger's own
+// tests, the registry and Kubernetes tests of e2e and the demo's (its databases,
+// processes, roles and broker users), and the end-to-end check in which the
+// auditor reports every consumer, billing and ledger included, processing every
+// event of an order, and counts none of any producer's events, ledger's included,
+// unaccounted.
 func TestForkThenAddAService(t *testing.T) {
 	root, err := filepath.Abs("../../..")
 	if err != nil {
@@ -61,9 +61,9 @@ func TestForkThenAddAService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "zeta"
-	if oldName == name {
-		name = "acme"
+	module, name, err := project.ForkTarget(root)
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), name)
 	// The fork leaves every option out (docs/adr/0011): it must build and pass its tests
@@ -76,7 +76,7 @@ func TestForkThenAddAService(t *testing.T) {
 	for _, m := range mods {
 		options = append(options, filepath.Base(filepath.Dir(m)))
 	}
-	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE=github.com/"+name+"/orders", "NAME="+name, "DIR="+dir,
+	runIn(t, root, "make", "--no-print-directory", "fork", "MODULE="+module, "NAME="+name, "DIR="+dir,
 		"WITHOUT="+strings.Join(options, ","))
 	if _, err := os.Stat(filepath.Join(dir, "integrations")); !os.IsNotExist(err) {
 		t.Errorf("the fork WITHOUT=%s has integrations/: %v", strings.Join(options, ","), err)

@@ -50,3 +50,30 @@ func Name(root string) (string, error) {
 	}
 	return string(m[1]), nil
 }
+
+// ForkTarget returns the module path and project name that the tests of make
+// fork fork the repository at root to: the first of zeta, acme and kappa that
+// is not its name (a fork renames one of these words at most, so two remain
+// different), under github.com/<name>/orders unless that is root's module
+// path already. zeta comes first because its module path sorts after the
+// third-party ones among a file's imports, which the fork must order again.
+func ForkTarget(root string) (module, name string, err error) {
+	current, err := Name(root)
+	if err != nil {
+		return "", "", err
+	}
+	currentModule, err := Module(root)
+	if err != nil {
+		return "", "", err
+	}
+	for _, name = range []string{"zeta", "acme", "kappa"} {
+		if name != current {
+			break
+		}
+	}
+	module = "github.com/" + name + "/orders"
+	if module == currentModule {
+		module = "github.com/" + name + "/fork"
+	}
+	return module, name, nil
+}
