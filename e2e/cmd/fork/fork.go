@@ -49,8 +49,9 @@ type Report struct {
 }
 
 // nameRE is what a project name may be: a lowercase letter, then lowercase
-// letters and digits, 40 at most (with "_owner", a PostgreSQL role name). It is then a Go identifier, a DNS label (the Kubernetes
-// namespace), a docker image and compose project name, and a vhost.
+// letters and digits, 40 at most (with "_owner", a PostgreSQL role name). It is
+// then a Go identifier, a DNS label (the Kubernetes namespace), a docker image
+// and compose project name, and a vhost.
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,39}$`)
 
 // Fork copies o.Source to o.Dir with the module path and project name rewritten
