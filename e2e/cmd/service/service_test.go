@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"io/fs"
@@ -15,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/project"
+	"example.com/shop/testkit/rabbitadmin"
 )
 
 // allowed are the words containing the old project name that a fork keeps, each
@@ -164,6 +169,7 @@ func TestForkThenAddAService(t *testing.T) {
 	// receives it has processed it: so billing and ledger processed every event they
 	// are bound to, and ledger's relay published its own.
 	t.Run("make demo passes with billing, ledger and feed", func(t *testing.T) {
+		t.Cleanup(func() { dropDemo(t, name, "billing", "ledger", "feed") })
 		out := runIn(t, dir, "make", "--no-print-directory", "demo")
 		for _, want := range []string{"lost = 0, unaccounted = 0", "events processed by billing", "events processed by ledger",
 			"unaccounted: order 0, stock 0, shipping 0, billing 0, ledger 0", "feed-relay"} {
@@ -172,6 +178,40 @@ func TestForkThenAddAService(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dropDemo removes what the fork's make demo leaves on the servers (for a look
+// afterwards) where the demo's defaults put it: a database demo_<database> for
+// each service of the registry and each added one (its database named as
+// itself), and the vhost <project>-demo.
+func dropDemo(t *testing.T, project string, added ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, svc := range contracts.Services() {
+		added = append(added, svc.Database)
+	}
+	conn, err := pgx.Connect(ctx, "postgres://postgres@localhost:5432/postgres?sslmode=disable")
+	if err != nil {
+		t.Errorf("drop the fork's demo databases: %v", err)
+	} else {
+		defer conn.Close(ctx)
+		for _, db := range added {
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{"demo_" + db}.Sanitize()+" WITH (FORCE)"); err != nil {
+				t.Errorf("drop demo_%s: %v", db, err)
+			}
+		}
+	}
+	amqpURL := os.Getenv("AMQP_URL")
+	if amqpURL == "" {
+		amqpURL = "amqp://guest:guest@localhost:5672/"
+	}
+	admin, err := rabbitadmin.Detect(ctx, amqpURL)
+	if err == nil {
+		err = admin.DeleteVhost(ctx, project+"-demo")
+	}
+	if err != nil {
+		t.Errorf("delete the fork's demo vhost: %v", err)
+	}
 }
 
 // modulePatterns is ./<module>/... for every module of the fork's go.work.
