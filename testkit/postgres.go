@@ -64,7 +64,7 @@ func NewDatabase(t testing.TB, schema migrate.Schema) (*pgxpool.Pool, string) {
 		t.Fatalf("testkit: %s: %v", stmt, err)
 	}
 	url := withDatabase(t, server, name)
-	t.Cleanup(func() { dropDatabase(t, server, name) })
+	t.Cleanup(func() { DropDatabase(t, server, name) })
 
 	pool, err := pg.NewPool(ctx, url)
 	if err != nil {
@@ -81,11 +81,14 @@ func EmptyDatabaseURL(t testing.TB) string {
 	t.Helper()
 	server := DatabaseURL(t)
 	name := dbName(t)
-	t.Cleanup(func() { dropDatabase(t, server, name) })
+	t.Cleanup(func() { DropDatabase(t, server, name) })
 	return withDatabase(t, server, name)
 }
 
-func dropDatabase(t testing.TB, server, name string) {
+// DropDatabase drops database name (its sessions ended first) on the server of
+// URL server, a maintenance database such as DatabaseURL's; a database that
+// does not exist is not an error. A failure fails t without stopping it.
+func DropDatabase(t testing.TB, server, name string) {
 	ctx, cancel := bounded()
 	defer cancel()
 	admin, err := pgx.Connect(ctx, server)

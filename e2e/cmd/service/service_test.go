@@ -16,10 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"example.com/shop/contracts"
 	"example.com/shop/e2e/internal/project"
+	"example.com/shop/testkit"
 	"example.com/shop/testkit/rabbitadmin"
 )
 
@@ -190,16 +189,8 @@ func dropDemo(t *testing.T, project string, added ...string) {
 	for _, svc := range contracts.Services() {
 		added = append(added, svc.Database)
 	}
-	conn, err := pgx.Connect(ctx, "postgres://postgres@localhost:5432/postgres?sslmode=disable")
-	if err != nil {
-		t.Errorf("drop the fork's demo databases: %v", err)
-	} else {
-		defer conn.Close(ctx)
-		for _, db := range added {
-			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{"demo_" + db}.Sanitize()+" WITH (FORCE)"); err != nil {
-				t.Errorf("drop demo_%s: %v", db, err)
-			}
-		}
+	for _, db := range added {
+		testkit.DropDatabase(t, "postgres://postgres@localhost:5432/postgres?sslmode=disable", "demo_"+db)
 	}
 	amqpURL := os.Getenv("AMQP_URL")
 	if amqpURL == "" {
